@@ -1,0 +1,55 @@
+package cilium
+
+// Names of the objects that Cilium's Helm chart renders (install/kubernetes/cilium/templates in
+// github.com/cilium/cilium, identical for 1.17 to 1.20) and that this extension recognises.
+const (
+	// Namespace is where Gardener deploys Cilium on a shoot.
+	Namespace = "kube-system"
+
+	// LabelKeyApp is the label of the agent and Envoy DaemonSets and their pods
+	// (templates/cilium-agent/daemonset.yaml, templates/cilium-envoy/daemonset.yaml).
+	LabelKeyApp = "k8s-app"
+	// LabelValueAgent marks the agent DaemonSet and its pods.
+	LabelValueAgent = "cilium"
+	// LabelValueEnvoy marks the standalone Envoy DaemonSet and its pods.
+	LabelValueEnvoy = "cilium-envoy"
+	// LabelKeyOperator is the label of the operator Deployment and its pods
+	// (templates/cilium-operator/deployment.yaml).
+	LabelKeyOperator = "io.cilium/app"
+	// LabelValueOperator marks the operator Deployment and its pods.
+	LabelValueOperator = "operator"
+
+	// ConfigMapName is the agent and operator configuration (templates/cilium-configmap.yaml). It carries no labels.
+	ConfigMapName = "cilium-config"
+	// AgentContainerName is the agent's main container; its image tag is the Cilium version.
+	AgentContainerName = "cilium-agent"
+)
+
+// APIServerContainers are the containers of Cilium's chart that talk to kube-apiserver, which is exactly where the chart
+// renders KUBERNETES_SERVICE_HOST/PORT: the agent and its init containers `config` (`cilium-dbg build-config`) and
+// `clean-cilium-state`, the operator, Envoy, and Envoy's 1.20 init container `lookup-bootstrap-locality`. The sidecar
+// `cilium-monitor` and the other init containers (mount-cgroup, apply-sysctl-overwrites, ...) never do.
+var APIServerContainers = []string{
+	AgentContainerName, "config", "clean-cilium-state",
+	"cilium-operator",
+	"cilium-envoy", "lookup-bootstrap-locality",
+}
+
+// Environment variables and flags that decide which kube-apiserver a Cilium component uses.
+//
+// pkg/k8s/client/rest_config_provider.go restConfigManager.createConfig (1.18-1.20; pkg/k8s/client/cell.go createConfig
+// in 1.17) picks, in this order: `k8s-kubeconfig-path`; `k8s-api-server` (1.17-1.19, which replaces the URL list in
+// parseConfig); one of `k8s-api-server-urls` (1.18+); and otherwise rest.InClusterConfig(), i.e.
+// https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT. Every option is a hive flag, bound to the environment as
+// CILIUM_<FLAG> (pkg/hive/hive.go, EnvPrefix "CILIUM_"), so a value comes from the command line, then the environment,
+// then the config directory (the `cilium-config` ConfigMap), in viper's order.
+const (
+	EnvServiceHost   = "KUBERNETES_SERVICE_HOST"
+	EnvServicePort   = "KUBERNETES_SERVICE_PORT"
+	EnvAPIServerURLs = "CILIUM_K8S_API_SERVER_URLS"
+	EnvAPIServer     = "CILIUM_K8S_API_SERVER"
+
+	// FlagAPIServerURLs and FlagAPIServer are also the keys of these options in `cilium-config`.
+	FlagAPIServerURLs = "k8s-api-server-urls"
+	FlagAPIServer     = "k8s-api-server"
+)

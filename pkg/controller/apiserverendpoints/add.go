@@ -1,0 +1,62 @@
+// Package apiserverendpoints is the controller that keeps the endpoints ConfigMap, which Cilium's pod templates
+// reference, current from the control-plane Nodes.
+package apiserverendpoints
+
+import (
+	"context"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
+)
+
+// ControllerName is the name of the controller and of its switch (--disable-controllers).
+const ControllerName = "cilium-apiserver-endpoints"
+
+// configMapKey is the one object this controller reconciles; every event maps to it.
+var configMapKey = client.ObjectKey{Namespace: cilium.Namespace, Name: apiserverendpoints.ConfigMapName}
+
+// AddToManager adds the controller to mgr.
+func AddToManager(_ context.Context, mgr manager.Manager) error {
+	toConfigMap := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: configMapKey}}
+	})
+	return builder.ControllerManagedBy(mgr).
+		Named(ControllerName).
+		// Watching the ConfigMap restores it when someone edits or deletes it.
+		Watches(&corev1.ConfigMap{}, toConfigMap, builder.WithPredicates(predicate.NewPredicateFuncs(func(obj client.Object) bool {
+			return client.ObjectKeyFromObject(obj) == configMapKey
+		}))).
+		Watches(&corev1.Node{}, toConfigMap, builder.WithPredicates(controlPlaneChanged)).
+		Complete(&Reconciler{Client: mgr.GetClient()})
+}
+
+// controlPlaneChanged passes the Node events that can change the endpoints: a control-plane node comes or goes, a node
+// gains or loses the role, a control-plane node's addresses change. Status heartbeats do not pass.
+var controlPlaneChanged = predicate.Funcs{
+	CreateFunc: func(e event.CreateEvent) bool { return isControlPlane(e.Object) },
+	DeleteFunc: func(e event.DeleteEvent) bool { return isControlPlane(e.Object) },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		if isControlPlane(e.ObjectOld) != isControlPlane(e.ObjectNew) {
+			return true
+		}
+		oldNode, okOld := e.ObjectOld.(*corev1.Node)
+		newNode, okNew := e.ObjectNew.(*corev1.Node)
+		return okOld && okNew && isControlPlane(newNode) && !slices.Equal(oldNode.Status.Addresses, newNode.Status.Addresses)
+	},
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+func isControlPlane(obj client.Object) bool {
+	node, ok := obj.(*corev1.Node)
+	return ok && apiserverendpoints.IsControlPlaneNode(node)
+}

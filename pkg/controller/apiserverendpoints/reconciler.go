@@ -1,0 +1,40 @@
+package apiserverendpoints
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1beta1constants "github.com/gardener/gardener/pkg/apis/core/v1beta1/constants"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
+)
+
+// Reconciler writes the endpoints ConfigMap from the control-plane Nodes.
+type Reconciler struct {
+	Client client.Client
+}
+
+// Reconcile applies the ConfigMap with the InternalIPs of all control-plane nodes. When none is known (the Nodes are
+// gone from the cache, or none has an InternalIP yet) it keeps what the ConfigMap says: an empty list would send
+// every new Cilium pod off the control plane back to the ClusterIP.
+func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
+	nodes := &corev1.NodeList{}
+	if err := r.Client.List(ctx, nodes, client.HasLabels{v1beta1constants.LabelNodeRoleControlPlane}); err != nil {
+		return reconcile.Result{}, fmt.Errorf("listing control-plane nodes: %w", err)
+	}
+	controlPlane := apiserverendpoints.FromNodes(nodes.Items)
+	if controlPlane.Empty() {
+		logf.FromContext(ctx).Info("No control-plane node with an InternalIP, keeping the endpoints ConfigMap as it is")
+		return reconcile.Result{}, nil
+	}
+	if err := r.Client.Apply(ctx, apiserverendpoints.ConfigMap(controlPlane),
+		client.FieldOwner(apiserverendpoints.ManagedByValue), client.ForceOwnership); err != nil {
+		return reconcile.Result{}, fmt.Errorf("applying ConfigMap %s: %w", configMapKey, err)
+	}
+	return reconcile.Result{}, nil
+}

@@ -1,0 +1,21 @@
+// Package scheme is the one runtime.Scheme of this extension: Kubernetes' built-in types and Gardener's extension and
+// resource APIs, which the webhook, the controllers and the tests share.
+package scheme
+
+import (
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+
+	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
+	resourcesv1alpha1 "github.com/gardener/gardener/pkg/apis/resources/v1alpha1"
+)
+
+// New returns a scheme with every API group this extension reads or writes.
+func New() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(extensionsv1alpha1.AddToScheme(s))
+	utilruntime.Must(resourcesv1alpha1.AddToScheme(s))
+	return s
+}

@@ -1,0 +1,146 @@
+package apiserveraccess
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	extensionswebhook "github.com/gardener/gardener/extensions/pkg/webhook"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/selfhosted"
+)
+
+// NewMutator returns the mutator that keeps Cilium from depending on itself to reach kube-apiserver. reader should be
+// the manager's cached client: it reads the Cluster, Nodes and the agent DaemonSet on every admission.
+func NewMutator(reader client.Reader) extensionswebhook.Mutator {
+	return &mutator{reader: reader}
+}
+
+type mutator struct {
+	reader client.Reader
+}
+
+// Mutate changes nothing unless the object is one of Cilium's in kube-system and the cluster is a self-hosted shoot.
+func (m *mutator) Mutate(ctx context.Context, newObj, oldObj client.Object) error {
+	if !m.handles(newObj, oldObj) {
+		return nil
+	}
+	selfHosted, err := selfhosted.IsShoot(ctx, m.reader)
+	if err != nil || !selfHosted {
+		return err
+	}
+
+	switch obj := newObj.(type) {
+	case *corev1.ConfigMap:
+		CleanConfig(obj.Data)
+		return nil
+	case *appsv1.DaemonSet:
+		return m.pinTemplate(ctx, &obj.Spec.Template.Spec)
+	case *appsv1.Deployment:
+		return m.pinTemplate(ctx, &obj.Spec.Template.Spec)
+	case *corev1.Pod:
+		return m.pinPod(ctx, obj)
+	}
+	return nil
+}
+
+// handles filters on what the object itself says, before anything is read: the webhook's selectors are the first
+// filter, this is the one that holds even if the MutatingWebhookConfiguration is edited.
+func (m *mutator) handles(newObj, oldObj client.Object) bool {
+	if newObj.GetNamespace() != cilium.Namespace || newObj.GetDeletionTimestamp() != nil {
+		return false
+	}
+	switch newObj.(type) {
+	case *corev1.ConfigMap:
+		return newObj.GetName() == cilium.ConfigMapName
+	case *corev1.Pod:
+		// Only at creation: a pod's environment is immutable afterwards.
+		return oldObj == nil && IsCiliumWorkload(newObj.GetLabels())
+	case *appsv1.DaemonSet, *appsv1.Deployment:
+		return IsCiliumWorkload(newObj.GetLabels())
+	}
+	return false
+}
+
+// IsCiliumWorkload tells whether labels are those of Cilium's agent, Envoy or operator (workload or pod).
+func IsCiliumWorkload(labels map[string]string) bool {
+	return slices.Contains([]string{cilium.LabelValueAgent, cilium.LabelValueEnvoy}, labels[cilium.LabelKeyApp]) ||
+		labels[cilium.LabelKeyOperator] == cilium.LabelValueOperator
+}
+
+// pinTemplate gives a pod template the values of a pod off the control plane: a template does not know its node, and
+// referencing the endpoints ConfigMap keeps it unchanged when control-plane membership changes (no rollout).
+func (m *mutator) pinTemplate(ctx context.Context, spec *corev1.PodSpec) error {
+	version, err := m.version(ctx, spec)
+	if err != nil {
+		return err
+	}
+	PinPodSpec(spec, Target{Version: version})
+	return nil
+}
+
+func (m *mutator) pinPod(ctx context.Context, pod *corev1.Pod) error {
+	version, err := m.version(ctx, &pod.Spec)
+	if err != nil {
+		return err
+	}
+	onControlPlane, err := m.onControlPlane(ctx, NodeNameOf(pod))
+	if err != nil {
+		return err
+	}
+	PinPodSpec(&pod.Spec, Target{ControlPlane: onControlPlane, Version: version})
+	return nil
+}
+
+// onControlPlane tells whether the named node is a control-plane node. An unknown or unnamed node counts as a worker:
+// the control-plane IPs work from anywhere, localhost only on the control plane.
+func (m *mutator) onControlPlane(ctx context.Context, nodeName string) (bool, error) {
+	if nodeName == "" {
+		return false, nil
+	}
+	node := &corev1.Node{}
+	if err := m.reader.Get(ctx, client.ObjectKey{Name: nodeName}, node); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("reading node %s: %w", nodeName, err)
+	}
+	return apiserverendpoints.IsControlPlaneNode(node), nil
+}
+
+// version is the Cilium version of a workload: the tag of its own agent or operator image, else (Envoy's image carries
+// Envoy's version) the tag of the agent DaemonSet's image. Unknown means current.
+func (m *mutator) version(ctx context.Context, spec *corev1.PodSpec) (cilium.Version, error) {
+	if v, ok := versionOfSpec(spec); ok {
+		return v, nil
+	}
+	agents := &appsv1.DaemonSetList{}
+	if err := m.reader.List(ctx, agents, client.InNamespace(cilium.Namespace),
+		client.MatchingLabels{cilium.LabelKeyApp: cilium.LabelValueAgent}); err != nil {
+		return cilium.Version{}, fmt.Errorf("listing Cilium agent DaemonSets: %w", err)
+	}
+	for i := range agents.Items {
+		if v, ok := versionOfSpec(&agents.Items[i].Spec.Template.Spec); ok {
+			return v, nil
+		}
+	}
+	return cilium.Version{}, nil
+}
+
+func versionOfSpec(spec *corev1.PodSpec) (cilium.Version, bool) {
+	for _, c := range slices.Concat(spec.Containers, spec.InitContainers) {
+		if cilium.IsCiliumImage(c.Image) {
+			if v, ok := cilium.VersionFromImage(c.Image); ok {
+				return v, true
+			}
+		}
+	}
+	return cilium.Version{}, false
+}
