@@ -1,0 +1,218 @@
+// Package ciliumchart renders Cilium's real Helm chart, straight from the github.com/cilium/cilium module of a given
+// version in the module cache, into typed objects, so that tests mutate exactly what Cilium ships.
+package ciliumchart
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"helm.sh/helm/v4/pkg/chart/common"
+	commonutil "helm.sh/helm/v4/pkg/chart/common/util"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	"helm.sh/helm/v4/pkg/engine"
+	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
+)
+
+// Versions are the Cilium releases whose charts the tests render: the last patch of each supported minor.
+var Versions = []string{"1.17.8", "1.18.8", "1.19.7", "1.20.2"}
+
+// ExternalHost is what the charts are rendered with as k8sServiceHost: the shoot's external API name, which on a
+// self-hosted shoot resolves to the exposure VIP that Cilium itself announces.
+const ExternalHost = "api.shoot.example.com"
+
+// Objects are the rendered objects that the webhook handles.
+type Objects struct {
+	Version  string
+	Agent    *appsv1.DaemonSet
+	Envoy    *appsv1.DaemonSet // nil when the chart renders no standalone Envoy
+	Operator *appsv1.Deployment
+	Config   *corev1.ConfigMap
+	// All is every rendered object that decodes into a known type, in install order.
+	All []client.Object
+}
+
+// ModuleDir returns the directory of github.com/cilium/cilium@v<version> in the module cache, downloading it through
+// the module proxy when it is missing.
+func ModuleDir(version string) (string, error) {
+	out, err := exec.Command("go", "mod", "download", "-json", "github.com/cilium/cilium@v"+version).Output()
+	if err != nil {
+		return "", fmt.Errorf("go mod download github.com/cilium/cilium@v%s: %w", version, err)
+	}
+	var mod struct{ Dir, Error string }
+	if err := json.Unmarshal(out, &mod); err != nil {
+		return "", err
+	}
+	if mod.Dir == "" {
+		return "", fmt.Errorf("go mod download github.com/cilium/cilium@v%s: %s", version, mod.Error)
+	}
+	return mod.Dir, nil
+}
+
+// Values are the Helm values of a kube-proxy-free Cilium pointed at the external API name, as a shoot without this
+// extension would get them, plus the 1.18+ API server URL list where the chart has it.
+func Values(version string) map[string]any {
+	values := map[string]any{
+		"kubeProxyReplacement": true,
+		"k8sServiceHost":       ExternalHost,
+		"k8sServicePort":       443,
+		"envoy":                map[string]any{"enabled": true},
+		"image":                map[string]any{"useDigest": false},
+		"operator":             map[string]any{"image": map[string]any{"useDigest": false}},
+	}
+	if v, ok := cilium.VersionFromImage("cilium:v" + version); ok && v.SupportsAPIServerURLs() {
+		values["k8s"] = map[string]any{"apiServerURLs": "https://" + ExternalHost + ":443"}
+	}
+	return values
+}
+
+// Render renders the chart of version with values into Cilium's namespace.
+func Render(version string, values map[string]any) (*Objects, error) {
+	dir, err := ModuleDir(version)
+	if err != nil {
+		return nil, err
+	}
+	chart, err := loader.Load(filepath.Join(dir, "install", "kubernetes", "cilium"))
+	if err != nil {
+		return nil, fmt.Errorf("loading the Cilium %s chart: %w", version, err)
+	}
+	caps := &common.Capabilities{
+		KubeVersion: common.KubeVersion{Version: "v1.36.3", Major: "1", Minor: "36"},
+		APIVersions: common.DefaultVersionSet,
+	}
+	renderValues, err := commonutil.ToRenderValues(chart, values, common.ReleaseOptions{
+		Name: "cilium", Namespace: cilium.Namespace, Revision: 1, IsInstall: true,
+	}, caps)
+	if err != nil {
+		return nil, err
+	}
+	files, err := engine.Render(chart, renderValues)
+	if err != nil {
+		return nil, fmt.Errorf("rendering the Cilium %s chart: %w", version, err)
+	}
+	for name := range files {
+		if strings.HasSuffix(name, "NOTES.txt") || strings.HasPrefix(filepath.Base(name), "_") {
+			delete(files, name)
+		}
+	}
+	_, manifests, err := releaseutil.SortManifests(files, common.DefaultVersionSet, releaseutil.InstallOrder)
+	if err != nil {
+		return nil, err
+	}
+
+	objs := &Objects{Version: version}
+	decoder := serializer.NewCodecFactory(scheme.New()).UniversalDeserializer()
+	for _, m := range manifests {
+		for _, doc := range releaseutil.SplitManifests(m.Content) {
+			if strings.TrimSpace(doc) == "" {
+				continue
+			}
+			obj, _, err := decoder.Decode([]byte(doc), nil, nil)
+			if runtime.IsNotRegisteredError(err) {
+				continue // Cilium's own kinds and the like: not what the webhook handles
+			}
+			if err != nil {
+				return nil, fmt.Errorf("decoding %s: %w", m.Name, err)
+			}
+			cobj, ok := obj.(client.Object)
+			if !ok {
+				continue
+			}
+			cobj.SetNamespace(namespaceOf(cobj))
+			objs.add(cobj)
+		}
+	}
+	if objs.Agent == nil || objs.Operator == nil || objs.Config == nil {
+		return nil, fmt.Errorf("the Cilium %s chart rendered no agent DaemonSet, operator Deployment or cilium-config", version)
+	}
+	return objs, nil
+}
+
+func namespaceOf(obj client.Object) string {
+	if obj.GetNamespace() != "" {
+		return obj.GetNamespace()
+	}
+	switch obj.(type) {
+	case *appsv1.DaemonSet, *appsv1.Deployment, *corev1.ConfigMap, *corev1.Service, *corev1.ServiceAccount, *corev1.Secret:
+		return cilium.Namespace
+	}
+	return ""
+}
+
+func (o *Objects) add(obj client.Object) {
+	o.All = append(o.All, obj)
+	switch obj := obj.(type) {
+	case *appsv1.DaemonSet:
+		switch obj.Labels[cilium.LabelKeyApp] {
+		case cilium.LabelValueAgent:
+			o.Agent = obj
+		case cilium.LabelValueEnvoy:
+			o.Envoy = obj
+		}
+	case *appsv1.Deployment:
+		if obj.Labels[cilium.LabelKeyOperator] == cilium.LabelValueOperator {
+			o.Operator = obj
+		}
+	case *corev1.ConfigMap:
+		if obj.Name == cilium.ConfigMapName {
+			o.Config = obj
+		}
+	}
+}
+
+// Workloads are the DaemonSets and Deployment of the rendered chart.
+func (o *Objects) Workloads() []client.Object {
+	ws := []client.Object{o.Agent, o.Operator}
+	if o.Envoy != nil {
+		ws = append(ws, o.Envoy)
+	}
+	return ws
+}
+
+// DaemonSetPod is the pod that the DaemonSet controller would create for node: the template with a required node
+// affinity on the node's name (kubernetes pkg/controller/daemon/util.ReplaceDaemonSetPodNodeNameNodeAffinity).
+func DaemonSetPod(ds *appsv1.DaemonSet, node string) *corev1.Pod {
+	pod := &corev1.Pod{
+		ObjectMeta: *ds.Spec.Template.ObjectMeta.DeepCopy(),
+		Spec:       *ds.Spec.Template.Spec.DeepCopy(),
+	}
+	pod.Namespace = ds.Namespace
+	pod.GenerateName = ds.Name + "-"
+	if pod.Spec.Affinity == nil {
+		pod.Spec.Affinity = &corev1.Affinity{}
+	}
+	pod.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+			MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},
+		}}},
+	}
+	return pod
+}
+
+// DeploymentPod is the pod that the ReplicaSet controller would create: not yet scheduled, so without a node.
+func DeploymentPod(d *appsv1.Deployment) *corev1.Pod {
+	pod := &corev1.Pod{
+		ObjectMeta: *d.Spec.Template.ObjectMeta.DeepCopy(),
+		Spec:       *d.Spec.Template.Spec.DeepCopy(),
+	}
+	pod.Namespace = d.Namespace
+	pod.GenerateName = d.Name + "-"
+	return pod
+}
+
+// Dump is a short way to show an object in a failure message.
+func Dump(obj any) string {
+	b, _ := json.MarshalIndent(obj, "", "  ")
+	return string(bytes.TrimSpace(b))
+}

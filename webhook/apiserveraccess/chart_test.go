@@ -1,0 +1,276 @@
+package apiserveraccess_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	jsonpatch "github.com/evanphx/json-patch/v5"
+	admissionv1 "k8s.io/api/admission/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	extensionswebhook "github.com/gardener/gardener/extensions/pkg/webhook"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/webhook/apiserveraccess"
+)
+
+// fakeManager gives the webhook framework what it takes from a manager: a scheme and a client.
+type fakeManager struct {
+	manager.Manager
+	scheme *runtime.Scheme
+	client client.Client
+}
+
+func (m fakeManager) GetScheme() *runtime.Scheme { return m.scheme }
+func (m fakeManager) GetClient() client.Client   { return m.client }
+
+// admitter sends objects through the webhooks' admission handlers the way kube-apiserver would.
+type admitter struct {
+	t        *testing.T
+	scheme   *runtime.Scheme
+	webhooks []*extensionswebhook.Webhook
+}
+
+func newAdmitter(t *testing.T, objs ...client.Object) *admitter {
+	t.Helper()
+	s := scheme.New()
+	mgr := fakeManager{scheme: s, client: fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).Build()}
+	a := &admitter{t: t, scheme: s}
+	for _, add := range []func(manager.Manager) (*extensionswebhook.Webhook, error){
+		apiserveraccess.AddAgentWebhook, apiserveraccess.AddOperatorWebhook, apiserveraccess.AddConfigWebhook,
+	} {
+		wh, err := add(mgr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.webhooks = append(a.webhooks, wh)
+	}
+	return a
+}
+
+func selfHostedShoot() []client.Object {
+	objs := []client.Object{fixtures.Cluster(fixtures.Shoot(true))}
+	for _, n := range fixtures.Nodes() {
+		objs = append(objs, n)
+	}
+	return objs
+}
+
+// admit sends obj on CREATE to every webhook whose rules and object selector match (as kube-apiserver does), applies
+// each returned JSON patch with evanphx/json-patch and returns the result together with the number of patch
+// operations.
+func (a *admitter) admit(obj client.Object) (client.Object, int) {
+	a.t.Helper()
+	gvk, err := apiutil.GVKForObject(obj, a.scheme)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	ops := 0
+	for _, wh := range a.webhooks {
+		if !matches(wh, obj, gvk.Kind) {
+			continue
+		}
+		resp := wh.Webhook.Handle(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+			UID: "test", Kind: metav1.GroupVersionKind(gvk), Operation: admissionv1.Create,
+			Namespace: obj.GetNamespace(), Name: obj.GetName(), Object: runtime.RawExtension{Raw: raw},
+		}})
+		if !resp.Allowed {
+			a.t.Fatalf("%s %s denied: %v", gvk.Kind, obj.GetName(), resp.Result)
+		}
+		if len(resp.Patches) == 0 {
+			continue
+		}
+		ops += len(resp.Patches)
+		patchJSON, err := json.Marshal(resp.Patches)
+		if err != nil {
+			a.t.Fatal(err)
+		}
+		patch, err := jsonpatch.DecodePatch(patchJSON)
+		if err != nil {
+			a.t.Fatal(err)
+		}
+		if raw, err = patch.Apply(raw); err != nil {
+			a.t.Fatalf("applying the patch of %s to %s: %v", wh.Name, obj.GetName(), err)
+		}
+	}
+	// A fresh object: unmarshalling into a copy of obj would keep whatever the patch removed.
+	fresh, err := a.scheme.New(gvk)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	out := fresh.(client.Object)
+	if err := json.Unmarshal(raw, out); err != nil {
+		a.t.Fatal(err)
+	}
+	return out, ops
+}
+
+func matches(wh *extensionswebhook.Webhook, obj client.Object, kind string) bool {
+	typeMatches := false
+	for _, t := range wh.Types {
+		if gvk, _ := apiutil.GVKForObject(t.Obj, scheme.New()); gvk.Kind == kind {
+			typeMatches = true
+		}
+	}
+	if !typeMatches || wh.NamespaceSelector.MatchLabels[corev1.LabelMetadataName] != obj.GetNamespace() {
+		return false
+	}
+	if wh.ObjectSelector == nil {
+		return true
+	}
+	selector, err := metav1.LabelSelectorAsSelector(wh.ObjectSelector)
+	if err != nil {
+		panic(err)
+	}
+	return selector.Matches(labelSet(obj.GetLabels()))
+}
+
+type labelSet map[string]string
+
+func (l labelSet) Has(k string) bool              { _, ok := l[k]; return ok }
+func (l labelSet) Get(k string) string            { return l[k] }
+func (l labelSet) Lookup(k string) (string, bool) { v, ok := l[k]; return v, ok }
+
+// endpointsConfigMap is what the endpoints controller writes for the fixture nodes.
+var endpointsConfigMap = map[string]map[string]string{apiserverendpoints.ConfigMapName: {
+	apiserverendpoints.KeyServiceHost:   fixtures.ControlPlaneHost,
+	apiserverendpoints.KeyAPIServerURLs: fixtures.ControlPlaneURLs,
+}}
+
+func expected(version string, controlPlane bool) ciliumchart.Expected {
+	v, _ := cilium.VersionFromImage("cilium:v" + version)
+	want := ciliumchart.Expected{Host: fixtures.ControlPlaneHost, Port: "443", URLs: fixtures.ControlPlaneURLs}
+	if controlPlane {
+		want = ciliumchart.Expected{Host: "localhost", Port: "443", URLs: "https://localhost:443"}
+	}
+	if !v.SupportsAPIServerURLs() {
+		want.URLs = ""
+	}
+	return want
+}
+
+func podSpecOf(obj client.Object) *corev1.PodSpec {
+	switch o := obj.(type) {
+	case *appsv1.DaemonSet:
+		return &o.Spec.Template.Spec
+	case *appsv1.Deployment:
+		return &o.Spec.Template.Spec
+	case *corev1.Pod:
+		return &o.Spec
+	}
+	panic("no pod spec")
+}
+
+func verify(t *testing.T, what string, mutated, rendered client.Object, want ciliumchart.Expected) {
+	t.Helper()
+	for _, p := range ciliumchart.VerifyPinned(podSpecOf(mutated), podSpecOf(rendered), want, endpointsConfigMap) {
+		t.Errorf("%s: %s", what, p)
+	}
+}
+
+// TestRealChart runs the objects of Cilium's real chart, rendered for every supported version with an external
+// k8sServiceHost (and k8s.apiServerURLs where the chart has it), through the webhooks.
+func TestRealChart(t *testing.T) {
+	for _, version := range ciliumchart.Versions {
+		t.Run(version, func(t *testing.T) {
+			rendered, err := ciliumchart.Render(version, ciliumchart.Values(version))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rendered.Envoy == nil {
+				t.Fatal("the chart rendered no Envoy DaemonSet")
+			}
+			a := newAdmitter(t, append(selfHostedShoot(), rendered.Agent)...)
+
+			for _, w := range rendered.Workloads() {
+				mutated, ops := a.admit(w)
+				if ops == 0 {
+					t.Errorf("%s: no patch", w.GetName())
+				}
+				verify(t, w.GetName()+" template", mutated, w, expected(version, false))
+				if _, again := a.admit(mutated); again != 0 {
+					t.Errorf("%s: the second admission patched again (%d operations)", w.GetName(), again)
+				}
+			}
+
+			config, _ := a.admit(rendered.Config)
+			data := config.(*corev1.ConfigMap).Data
+			if _, ok := data[cilium.FlagAPIServerURLs]; ok {
+				t.Errorf("cilium-config still has %s", cilium.FlagAPIServerURLs)
+			}
+			if len(data) != len(rendered.Config.Data)-countKeys(rendered.Config.Data, cilium.FlagAPIServerURLs, cilium.FlagAPIServer) {
+				t.Errorf("cilium-config lost unrelated keys")
+			}
+			if _, again := a.admit(config); again != 0 {
+				t.Errorf("cilium-config: the second admission patched again")
+			}
+
+			// Pods as the controllers create them, from the rendered (not yet mutated) templates: the webhook may
+			// have been unreachable when the template was applied.
+			for _, ds := range []*appsv1.DaemonSet{rendered.Agent, rendered.Envoy} {
+				for node, controlPlane := range map[string]bool{"cp-1": true, "worker-0": false, "unknown-node": false} {
+					pod := ciliumchart.DaemonSetPod(ds, node)
+					mutated, _ := a.admit(pod)
+					verify(t, ds.Name+" pod on "+node, mutated, pod, expected(version, controlPlane))
+					if _, again := a.admit(mutated); again != 0 {
+						t.Errorf("%s pod on %s: the second admission patched again", ds.Name, node)
+					}
+				}
+			}
+			operatorPod := ciliumchart.DeploymentPod(rendered.Operator)
+			mutated, _ := a.admit(operatorPod)
+			verify(t, "operator pod", mutated, operatorPod, expected(version, false))
+
+			scheduled := operatorPod.DeepCopy()
+			scheduled.Spec.NodeName = "cp-2"
+			mutated, _ = a.admit(scheduled)
+			verify(t, "operator pod on cp-2", mutated, scheduled, expected(version, true))
+		})
+	}
+}
+
+func countKeys(data map[string]string, keys ...string) int {
+	n := 0
+	for _, k := range keys {
+		if _, ok := data[k]; ok {
+			n++
+		}
+	}
+	return n
+}
+
+// TestNotSelfHosted: without a self-hosted Cluster, nothing is changed.
+func TestNotSelfHosted(t *testing.T) {
+	rendered, err := ciliumchart.Render("1.19.7", ciliumchart.Values("1.19.7"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, objs := range map[string][]client.Object{
+		"no Cluster":      nil,
+		"not self-hosted": {fixtures.Cluster(fixtures.Shoot(false))},
+	} {
+		a := newAdmitter(t, objs...)
+		for _, obj := range []client.Object{rendered.Agent, rendered.Operator, rendered.Config, ciliumchart.DaemonSetPod(rendered.Agent, "cp-0")} {
+			if _, ops := a.admit(obj); ops != 0 {
+				t.Errorf("%s: %s %s was patched", name, obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName())
+			}
+		}
+	}
+}
