@@ -216,3 +216,16 @@ func Dump(obj any) string {
 	b, _ := json.MarshalIndent(obj, "", "  ")
 	return string(bytes.TrimSpace(b))
 }
+
+// PodSpec is the pod spec of a DaemonSet, Deployment or Pod.
+func PodSpec(obj client.Object) *corev1.PodSpec {
+	switch o := obj.(type) {
+	case *appsv1.DaemonSet:
+		return &o.Spec.Template.Spec
+	case *appsv1.Deployment:
+		return &o.Spec.Template.Spec
+	case *corev1.Pod:
+		return &o.Spec
+	}
+	panic(fmt.Sprintf("%T has no pod spec", obj))
+}

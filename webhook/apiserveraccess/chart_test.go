@@ -166,21 +166,9 @@ func expected(version string, controlPlane bool) ciliumchart.Expected {
 	return want
 }
 
-func podSpecOf(obj client.Object) *corev1.PodSpec {
-	switch o := obj.(type) {
-	case *appsv1.DaemonSet:
-		return &o.Spec.Template.Spec
-	case *appsv1.Deployment:
-		return &o.Spec.Template.Spec
-	case *corev1.Pod:
-		return &o.Spec
-	}
-	panic("no pod spec")
-}
-
 func verify(t *testing.T, what string, mutated, rendered client.Object, want ciliumchart.Expected) {
 	t.Helper()
-	for _, p := range ciliumchart.VerifyPinned(podSpecOf(mutated), podSpecOf(rendered), want, endpointsConfigMap) {
+	for _, p := range ciliumchart.VerifyPinned(ciliumchart.PodSpec(mutated), ciliumchart.PodSpec(rendered), want, endpointsConfigMap) {
 		t.Errorf("%s: %s", what, p)
 	}
 }

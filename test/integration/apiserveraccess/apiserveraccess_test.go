@@ -1,0 +1,306 @@
+package apiserveraccess_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/webhook/apiserveraccess"
+)
+
+// version is the Cilium release that Gardener's networking-cilium ships.
+const version = "1.19.7"
+
+// TestRegistration checks the MutatingWebhookConfiguration that the extension registered at start.
+func TestRegistration(t *testing.T) {
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: testenv.WebhookConfigName}, mwc); err != nil {
+		t.Fatal(err)
+	}
+	wantResources := map[string][]string{
+		apiserveraccess.AgentWebhookName:    {"daemonsets", "pods"},
+		apiserveraccess.OperatorWebhookName: {"deployments", "pods"},
+		apiserveraccess.ConfigWebhookName:   {"configmaps"},
+	}
+	for _, wh := range mwc.Webhooks {
+		name, _, _ := strings.Cut(wh.Name, ".")
+		if wh.Name != name+".cilium-selfhosted.extensions.gardener.cloud" {
+			t.Errorf("webhook name %s", wh.Name)
+		}
+		var resources []string
+		for _, r := range wh.Rules {
+			resources = append(resources, r.Resources...)
+		}
+		slices.Sort(resources)
+		if !slices.Equal(resources, wantResources[name]) {
+			t.Errorf("%s: resources %v, want %v", name, resources, wantResources[name])
+		}
+		if wh.FailurePolicy == nil || *wh.FailurePolicy != admissionregistrationv1.Ignore {
+			t.Errorf("%s: failurePolicy %v, want Ignore", name, wh.FailurePolicy)
+		}
+		if wh.TimeoutSeconds == nil || *wh.TimeoutSeconds > 5 {
+			t.Errorf("%s: timeoutSeconds %v, want <= 5", name, wh.TimeoutSeconds)
+		}
+		if wh.SideEffects == nil || *wh.SideEffects != admissionregistrationv1.SideEffectClassNone {
+			t.Errorf("%s: sideEffects %v", name, wh.SideEffects)
+		}
+		if wh.NamespaceSelector == nil || wh.NamespaceSelector.MatchLabels[corev1.LabelMetadataName] != "kube-system" {
+			t.Errorf("%s: namespaceSelector %v", name, wh.NamespaceSelector)
+		}
+		if wh.ClientConfig.URL == nil || !strings.HasPrefix(*wh.ClientConfig.URL, "https://127.0.0.1:") || !strings.HasSuffix(*wh.ClientConfig.URL, "/"+name) {
+			t.Errorf("%s: clientConfig.url %v", name, wh.ClientConfig.URL)
+		}
+		if name != apiserveraccess.ConfigWebhookName && wh.ObjectSelector == nil {
+			t.Errorf("%s: no objectSelector", name)
+		}
+		delete(wantResources, name)
+	}
+	if len(wantResources) != 0 {
+		t.Errorf("webhooks missing: %v", wantResources)
+	}
+}
+
+// endpoints reads the endpoints ConfigMap as the kubelet would resolve it.
+func endpoints(t *testing.T) map[string]map[string]string {
+	t.Helper()
+	cm := &corev1.ConfigMap{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: cilium.Namespace, Name: apiserverendpoints.ConfigMapName}, cm); err != nil {
+		t.Fatal(err)
+	}
+	return map[string]map[string]string{cm.Name: cm.Data}
+}
+
+func expected(controlPlane bool) ciliumchart.Expected {
+	if controlPlane {
+		return ciliumchart.Expected{Host: "localhost", Port: "443", URLs: "https://localhost:443"}
+	}
+	return ciliumchart.Expected{Host: fixtures.ControlPlaneHost, Port: "443", URLs: fixtures.ControlPlaneURLs}
+}
+
+// waitUntilMutating dry-runs the creation of the agent DaemonSet until the webhook changes it. Admission is
+// failurePolicy Ignore, so "unchanged" means nothing unless the webhook demonstrably answers right before.
+func waitUntilMutating(t *testing.T, agent *appsv1.DaemonSet) {
+	t.Helper()
+	if err := testenv.WaitFor(context.Background(), 30*time.Second, func(ctx context.Context) (bool, error) {
+		probe := agent.DeepCopy()
+		probe.Name = "probe-" + agent.Name
+		if err := env.Client.Create(ctx, probe, client.DryRunAll); err != nil {
+			return false, err
+		}
+		return len(ciliumchart.VerifyEnv(ciliumchart.PodSpec(probe), ciliumchart.PodSpec(agent), expected(false), endpoints(t))) == 0, nil
+	}); err != nil {
+		t.Fatalf("the webhook does not mutate the agent DaemonSet: %v", err)
+	}
+}
+
+// TestCiliumIsPinned creates the objects of Cilium's chart and their pods through the API server and reads them back.
+func TestCiliumIsPinned(t *testing.T) {
+	ctx := context.Background()
+	rendered, err := ciliumchart.Render(version, ciliumchart.Values(version))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntilMutating(t, rendered.Agent)
+
+	for _, obj := range rendered.All {
+		created := obj.DeepCopyObject().(client.Object)
+		if err := env.Client.Create(ctx, created); err != nil {
+			t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
+		}
+	}
+
+	cms := endpoints(t)
+	for _, w := range rendered.Workloads() {
+		stored := w.DeepCopyObject().(client.Object)
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(w), stored); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range ciliumchart.VerifyEnv(ciliumchart.PodSpec(stored), ciliumchart.PodSpec(w), expected(false), cms) {
+			t.Errorf("%s template: %s", w.GetName(), p)
+		}
+	}
+
+	config := &corev1.ConfigMap{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(rendered.Config), config); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := config.Data[cilium.FlagAPIServerURLs]; ok {
+		t.Errorf("cilium-config still has %s", cilium.FlagAPIServerURLs)
+	}
+	if len(config.Data) != len(rendered.Config.Data)-1 {
+		t.Errorf("cilium-config has %d keys, want %d", len(config.Data), len(rendered.Config.Data)-1)
+	}
+
+	// Pods as the controllers create them, from the stored (mutated) templates and from the rendered ones, as when
+	// the webhook was unreachable while the template was applied.
+	storedAgent := &appsv1.DaemonSet{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(rendered.Agent), storedAgent); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name         string
+		pod          *corev1.Pod
+		controlPlane bool
+	}{
+		{"agent on cp-1", ciliumchart.DaemonSetPod(storedAgent, "cp-1"), true},
+		{"agent on worker-0", ciliumchart.DaemonSetPod(storedAgent, "worker-0"), false},
+		{"agent from the rendered template on cp-2", ciliumchart.DaemonSetPod(rendered.Agent, "cp-2"), true},
+		{"agent from the rendered template on worker-1", ciliumchart.DaemonSetPod(rendered.Agent, "worker-1"), false},
+		{"envoy on cp-0", ciliumchart.DaemonSetPod(rendered.Envoy, "cp-0"), true},
+		{"operator, not yet scheduled", ciliumchart.DeploymentPod(rendered.Operator), false},
+	} {
+		pod := tc.pod.DeepCopy()
+		if err := env.Client.Create(ctx, pod); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range ciliumchart.VerifyEnv(&pod.Spec, &tc.pod.Spec, expected(tc.controlPlane), cms) {
+			t.Errorf("%s: %s", tc.name, p)
+		}
+	}
+}
+
+// TestUnrelatedObjectsAreUnchanged: a DaemonSet in kube-system that is not Cilium's, and Cilium look-alikes in another
+// namespace, pass unchanged.
+func TestUnrelatedObjectsAreUnchanged(t *testing.T) {
+	ctx := context.Background()
+	rendered, err := ciliumchart.Render(version, ciliumchart.Values(version))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "look-alike"}}); err != nil {
+		t.Fatal(err)
+	}
+
+	calico := rendered.Agent.DeepCopy()
+	calico.Name, calico.Labels = "calico-node", map[string]string{"k8s-app": "calico-node"}
+	calico.Spec.Selector.MatchLabels, calico.Spec.Template.Labels = calico.Labels, calico.Labels
+	elsewhere := []client.Object{rendered.Agent.DeepCopy(), rendered.Operator.DeepCopy(), rendered.Config.DeepCopy()}
+	for _, obj := range elsewhere {
+		obj.SetNamespace("look-alike")
+	}
+
+	waitUntilMutating(t, rendered.Agent)
+	for _, obj := range append([]client.Object{calico}, elsewhere...) {
+		before := obj.DeepCopyObject().(client.Object)
+		if err := env.Client.Create(ctx, obj, client.DryRunAll); err != nil {
+			t.Fatal(err)
+		}
+		if b, ok := before.(*corev1.ConfigMap); ok {
+			if !equality.Semantic.DeepEqual(b.Data, obj.(*corev1.ConfigMap).Data) {
+				t.Errorf("ConfigMap %s/%s changed", obj.GetNamespace(), obj.GetName())
+			}
+			continue
+		}
+		for _, c := range slices.Concat(ciliumchart.PodSpec(obj).InitContainers, ciliumchart.PodSpec(obj).Containers) {
+			i := slices.IndexFunc(slices.Concat(ciliumchart.PodSpec(before).InitContainers, ciliumchart.PodSpec(before).Containers), func(o corev1.Container) bool { return o.Name == c.Name })
+			o := slices.Concat(ciliumchart.PodSpec(before).InitContainers, ciliumchart.PodSpec(before).Containers)[i]
+			if !equality.Semantic.DeepEqual(o.Env, c.Env) || !slices.Equal(o.Args, c.Args) {
+				t.Errorf("%T %s/%s: container %s changed", obj, obj.GetNamespace(), obj.GetName(), c.Name)
+			}
+		}
+	}
+}
+
+// TestNotSelfHosted: once the Cluster is not a self-hosted shoot, Cilium's objects pass unchanged; once it is again,
+// they are pinned again.
+func TestNotSelfHosted(t *testing.T) {
+	ctx := context.Background()
+	rendered, err := ciliumchart.Render(version, ciliumchart.Values(version))
+	if err != nil {
+		t.Fatal(err)
+	}
+	setSelfHosted := func(selfHosted bool) {
+		t.Helper()
+		cluster := fixtures.Cluster(fixtures.Shoot(selfHosted))
+		current := &extensionsv1alpha1.Cluster{}
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(cluster), current); err != nil {
+			t.Fatal(err)
+		}
+		current.Spec = cluster.Spec
+		if err := env.Client.Update(ctx, current); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntilMutating(t, rendered.Agent)
+	setSelfHosted(false)
+	defer func() { setSelfHosted(true); waitUntilMutating(t, rendered.Agent) }()
+
+	if err := testenv.WaitFor(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
+		probe := rendered.Agent.DeepCopy()
+		probe.Name = "probe-not-self-hosted"
+		if err := env.Client.Create(ctx, probe, client.DryRunAll); err != nil {
+			return false, err
+		}
+		return equality.Semantic.DeepEqual(probe.Spec.Template.Spec.Containers[0].Env, rendered.Agent.Spec.Template.Spec.Containers[0].Env), nil
+	}); err != nil {
+		t.Errorf("the agent DaemonSet is still mutated on a shoot that is not self-hosted: %v", err)
+	}
+}
+
+// TestControlPlaneMembership: a new control-plane node reaches the endpoints ConfigMap, and Cilium's templates stay
+// as they are, so no agent restarts.
+func TestControlPlaneMembership(t *testing.T) {
+	ctx := context.Background()
+	agent := &appsv1.DaemonSet{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: cilium.Namespace, Name: "cilium"}, agent); err != nil {
+		t.Fatalf("the agent DaemonSet of TestCiliumIsPinned: %v", err)
+	}
+
+	newNode := fixtures.Node("cp-3", "10.0.1.13", true)
+	if err := env.CreateNode(ctx, newNode); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := env.Client.Delete(ctx, newNode); err != nil && !apierrors.IsNotFound(err) {
+			t.Error(err)
+		}
+		if err := waitForURLs(ctx, fixtures.ControlPlaneURLs); err != nil {
+			t.Errorf("the endpoints ConfigMap did not drop cp-3: %v", err)
+		}
+	}()
+
+	if err := waitForURLs(ctx, fixtures.ControlPlaneURLs+",https://10.0.1.13:443"); err != nil {
+		t.Fatalf("the endpoints ConfigMap did not take up cp-3: %v", err)
+	}
+	after := &appsv1.DaemonSet{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(agent), after); err != nil {
+		t.Fatal(err)
+	}
+	if after.Generation != agent.Generation || !equality.Semantic.DeepEqual(after.Spec.Template, agent.Spec.Template) {
+		t.Error("the agent template changed with the control-plane membership")
+	}
+}
+
+func waitForURLs(ctx context.Context, urls string) error {
+	return testenv.WaitFor(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
+		cm := &corev1.ConfigMap{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: cilium.Namespace, Name: apiserverendpoints.ConfigMapName}, cm); err != nil {
+			return false, err
+		}
+		if got := cm.Data[apiserverendpoints.KeyAPIServerURLs]; got != urls {
+			return false, fmt.Errorf("urls are %q", got)
+		}
+		return true, nil
+	})
+}

@@ -1,0 +1,92 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
+)
+
+// ExtensionNamespace is where the extension runs and keeps its webhook CA and server certificate.
+const ExtensionNamespace = "extension-cilium-selfhosted"
+
+// WebhookConfigName is the MutatingWebhookConfiguration the extension registers at start.
+const WebhookConfigName = "gardener-extension-cilium-selfhosted"
+
+// CreateSelfHostedShoot creates what gardenadm has created before the extension starts: the extension's namespace,
+// the self-hosted Cluster, the Nodes with their addresses, and the role label Gardener puts on kube-system.
+func (e *Env) CreateSelfHostedShoot(ctx context.Context) error {
+	c := e.Client
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ExtensionNamespace}}); err != nil {
+		return err
+	}
+	kubeSystem := &corev1.Namespace{}
+	if err := c.Get(ctx, client.ObjectKey{Name: cilium.Namespace}, kubeSystem); err != nil {
+		return err
+	}
+	patch := client.MergeFrom(kubeSystem.DeepCopy())
+	kubeSystem.Labels["gardener.cloud/role"] = "shoot"
+	if err := c.Patch(ctx, kubeSystem, patch); err != nil {
+		return err
+	}
+	if err := c.Create(ctx, fixtures.Cluster(fixtures.Shoot(true))); err != nil {
+		return err
+	}
+	for _, node := range fixtures.Nodes() {
+		if err := e.CreateNode(ctx, node); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CreateNode creates node with its status (addresses), which a create alone drops.
+func (e *Env) CreateNode(ctx context.Context, node *corev1.Node) error {
+	status := node.Status
+	if err := e.Client.Create(ctx, node); err != nil {
+		return err
+	}
+	node.Status = status
+	return e.Client.Status().Update(ctx, node)
+}
+
+// WaitForExtension waits until the extension has registered its webhooks with a CA bundle and written the endpoints
+// ConfigMap. stopped reports the extension's end, so that a crash is not mistaken for slowness.
+func (e *Env) WaitForExtension(ctx context.Context, webhooks int, stopped <-chan error) error {
+	return WaitFor(ctx, time.Minute, func(ctx context.Context) (bool, error) {
+		select {
+		case err := <-stopped:
+			return false, fmt.Errorf("the extension stopped: %v", err)
+		default:
+		}
+		mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		if err := e.Client.Get(ctx, client.ObjectKey{Name: WebhookConfigName}, mwc); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		if len(mwc.Webhooks) != webhooks {
+			return false, fmt.Errorf("%d webhooks registered, want %d", len(mwc.Webhooks), webhooks)
+		}
+		for _, wh := range mwc.Webhooks {
+			if len(wh.ClientConfig.CABundle) == 0 {
+				return false, fmt.Errorf("webhook %s has no CA bundle yet", wh.Name)
+			}
+		}
+		cm := &corev1.ConfigMap{}
+		if err := e.Client.Get(ctx, client.ObjectKey{Namespace: cilium.Namespace, Name: apiserverendpoints.ConfigMapName}, cm); err != nil {
+			if apierrors.IsNotFound(err) {
+				return false, fmt.Errorf("no endpoints ConfigMap yet")
+			}
+			return false, err
+		}
+		return true, nil
+	})
+}

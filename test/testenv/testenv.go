@@ -1,0 +1,169 @@
+// Package testenv starts the envtest control plane (kube-apiserver and etcd built from source by
+// hack/envtest/build.sh) with Gardener's CRDs from the gardener module, and runs the extension against it with the
+// flags it takes in production.
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
+)
+
+// Env is a running control plane.
+type Env struct {
+	Environment *envtest.Environment
+	Config      *rest.Config
+	Client      client.Client
+	// Kubeconfig is the path of a cluster-admin kubeconfig for processes and flags.
+	Kubeconfig string
+	// Dir is a scratch directory removed by Stop.
+	Dir string
+}
+
+// GardenerCRDs are the CRDs of Gardener's seed API that the extension reads or writes.
+var GardenerCRDs = []string{
+	"10-crd-extensions.gardener.cloud_clusters.yaml",
+	"10-crd-extensions.gardener.cloud_selfhostedshootexposures.yaml",
+	"10-crd-resources.gardener.cloud_managedresources.yaml",
+}
+
+// ModuleDir is the directory of a module of the build list in the module cache.
+func ModuleDir(module string) (string, error) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", module).Output()
+	if err != nil {
+		return "", fmt.Errorf("go list -m %s: %w", module, err)
+	}
+	dir := strings.TrimSpace(string(out))
+	if dir == "" {
+		return "", fmt.Errorf("module %s is not in the module cache (go mod download)", module)
+	}
+	return dir, nil
+}
+
+// Start starts kube-apiserver and etcd from KUBEBUILDER_ASSETS with Gardener's CRDs installed.
+func Start() (*Env, error) {
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		return nil, errors.New("KUBEBUILDER_ASSETS is not set: run `make test`, or point it at the output of hack/envtest/build.sh")
+	}
+	gardener, err := ModuleDir("github.com/gardener/gardener")
+	if err != nil {
+		return nil, err
+	}
+	var crds []string
+	for _, f := range GardenerCRDs {
+		crds = append(crds, filepath.Join(gardener, "example", "seed-crds", f))
+	}
+
+	dir, err := os.MkdirTemp("", "cilium-selfhosted-envtest-")
+	if err != nil {
+		return nil, err
+	}
+	env := &envtest.Environment{
+		BinaryAssetsDirectory:    assets,
+		CRDInstallOptions:        envtest.CRDInstallOptions{Paths: crds, ErrorIfPathMissing: true},
+		ControlPlaneStartTimeout: 2 * time.Minute,
+		ControlPlaneStopTimeout:  time.Minute,
+		Scheme:                   scheme.New(),
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("starting envtest: %w", err)
+	}
+	e := &Env{Environment: env, Config: cfg, Dir: dir}
+	if e.Client, err = client.New(cfg, client.Options{Scheme: scheme.New()}); err != nil {
+		e.Stop()
+		return nil, err
+	}
+
+	admin, err := env.AddUser(envtest.User{Name: "envtest-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		e.Stop()
+		return nil, err
+	}
+	kubeconfig, err := admin.KubeConfig()
+	if err != nil {
+		e.Stop()
+		return nil, err
+	}
+	e.Kubeconfig = filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(e.Kubeconfig, kubeconfig, 0o600); err != nil {
+		e.Stop()
+		return nil, err
+	}
+	return e, nil
+}
+
+// Stop stops the control plane and removes the scratch directory.
+func (e *Env) Stop() {
+	_ = e.Environment.Stop()
+	_ = os.RemoveAll(e.Dir)
+}
+
+// FreePort returns a loopback TCP port that is free right now.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// ExtensionFlags are the flags of the extension in production on a self-hosted shoot, except that kube-apiserver
+// reaches the webhook server through a URL on loopback rather than a Service: certificates from Gardener's
+// certificate management in namespace, the webhooks merged into the extension's own MutatingWebhookConfiguration.
+func (e *Env) ExtensionFlags(namespace string, webhookPort int) []string {
+	return []string{
+		"--kubeconfig=" + e.Kubeconfig,
+		"--self-hosted-shoot-cluster=true",
+		"--webhook-config-mode=url",
+		"--webhook-config-url=127.0.0.1:" + strconv.Itoa(webhookPort),
+		"--webhook-config-namespace=" + namespace,
+		"--webhook-config-server-host=127.0.0.1",
+		"--webhook-config-server-port=" + strconv.Itoa(webhookPort),
+		"--webhook-config-cert-dir=" + filepath.Join(e.Dir, "webhook-certs"),
+		"--leader-election=false",
+		"--metrics-bind-address=0",
+		"--health-bind-address=127.0.0.1:0",
+		"--log-format=text",
+	}
+}
+
+// WaitFor polls cond every 100ms until it returns true or an error, or timeout passes.
+func WaitFor(ctx context.Context, timeout time.Duration, cond func(context.Context) (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last error
+	for {
+		ok, err := cond(ctx)
+		if ok {
+			return nil
+		}
+		if err != nil {
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			if last != nil {
+				return fmt.Errorf("timed out after %s: %w", timeout, last)
+			}
+			return fmt.Errorf("timed out after %s", timeout)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
