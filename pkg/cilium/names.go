@@ -42,7 +42,8 @@ var APIServerContainers = []string{
 // parseConfig); one of `k8s-api-server-urls` (1.18+); and otherwise rest.InClusterConfig(), i.e.
 // https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT. Every option is a hive flag, bound to the environment as
 // CILIUM_<FLAG> (pkg/hive/hive.go, EnvPrefix "CILIUM_"), so a value comes from the command line, then the environment,
-// then the config directory (the `cilium-config` ConfigMap), in viper's order.
+// then the config directory (the `cilium-config` ConfigMap, merged as viper's config layer by pkg/option/config.go
+// InitConfig -> ReadDirConfig -> MergeConfig), in viper's order.
 const (
 	EnvServiceHost   = "KUBERNETES_SERVICE_HOST"
 	EnvServicePort   = "KUBERNETES_SERVICE_PORT"
