@@ -9,11 +9,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	extensionswebhook "github.com/gardener/gardener/extensions/pkg/webhook"
+	v1beta1helper "github.com/gardener/gardener/pkg/api/core/v1beta1/helper"
+	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/ciliumconfig"
+	exposureconfig "github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/config"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/selfhosted"
 )
 
@@ -32,14 +37,15 @@ func (m *mutator) Mutate(ctx context.Context, newObj, oldObj client.Object) erro
 	if !m.handles(newObj, oldObj) {
 		return nil
 	}
-	selfHosted, err := selfhosted.IsShoot(ctx, m.reader)
-	if err != nil || !selfHosted {
+	shoot, err := selfhosted.Shoot(ctx, m.reader)
+	if err != nil || shoot == nil {
 		return err
 	}
 
 	switch obj := newObj.(type) {
 	case *corev1.ConfigMap:
 		CleanConfig(obj.Data)
+		m.enableExposureFeatures(ctx, obj, shoot)
 		return nil
 	case *appsv1.DaemonSet:
 		return m.pinTemplate(ctx, &obj.Spec.Template.Spec)
@@ -49,6 +55,24 @@ func (m *mutator) Mutate(ctx context.Context, newObj, oldObj client.Object) erro
 		return m.pinPod(ctx, obj)
 	}
 	return nil
+}
+
+// enableExposureFeatures switches on in `cilium-config` what a cilium exposure of the shoot needs (LB-IPAM, the L2
+// announcer with its lease timings, or the BGP control plane). A configuration that does not load is left to the
+// exposure to report: refusing Cilium's configuration for it would keep the cluster's network from coming up.
+func (m *mutator) enableExposureFeatures(ctx context.Context, ciliumConfig *corev1.ConfigMap, shoot *gardencorev1beta1.Shoot) {
+	if !v1beta1helper.HasExtensionExposure(shoot) || v1beta1helper.SelfHostedShootExposureExtensionType(shoot) != exposureconfig.Type {
+		return
+	}
+	cfg, err := exposureconfig.Load(nil, shoot)
+	if err != nil {
+		logf.FromContext(ctx).Info("Not switching on Cilium's exposure features: the exposure configuration does not load", "error", err.Error())
+		return
+	}
+	if ciliumConfig.Data == nil {
+		ciliumConfig.Data = map[string]string{}
+	}
+	ciliumconfig.Enable(ciliumConfig.Data, cfg)
 }
 
 // handles filters on what the object itself says, before anything is read: the webhook's selectors are the first

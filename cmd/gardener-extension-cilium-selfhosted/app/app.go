@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 
 	"github.com/spf13/cobra"
 	"k8s.io/utils/clock"
@@ -17,6 +18,7 @@ import (
 	extensionscmdwebhook "github.com/gardener/gardener/extensions/pkg/webhook/cmd"
 	gardenerhealthz "github.com/gardener/gardener/pkg/healthz"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/selfhostedshootexposure"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
 )
 
@@ -31,8 +33,9 @@ func NewCommand(ctx context.Context) *cobra.Command {
 			WebhookServerPort:       443,
 			WebhookCertDir:          "/tmp/gardener-extensions-cert",
 		}
-		generalOpts   = &extensionscmdcontroller.GeneralOptions{}
-		reconcileOpts = &extensionscmdcontroller.ReconcilerOptions{}
+		generalOpts      = &extensionscmdcontroller.GeneralOptions{}
+		reconcileOpts    = &extensionscmdcontroller.ReconcilerOptions{}
+		exposureCtrlOpts = &extensionscmdcontroller.ControllerOptions{MaxConcurrentReconciles: 5}
 
 		controllerSwitches   = ControllerSwitchOptions()
 		webhookSwitches      = WebhookSwitchOptions()
@@ -46,6 +49,7 @@ func NewCommand(ctx context.Context) *cobra.Command {
 			mgrOpts,
 			generalOpts,
 			reconcileOpts,
+			extensionscmdcontroller.PrefixOption("selfhostedshootexposure-", exposureCtrlOpts),
 			controllerSwitches,
 			webhookOptions,
 		)
@@ -64,6 +68,9 @@ func NewCommand(ctx context.Context) *cobra.Command {
 			if err := aggOption.Complete(); err != nil {
 				return fmt.Errorf("error completing options: %w", err)
 			}
+			exposureCtrlOpts.Completed().Apply(&selfhostedshootexposure.DefaultAddOptions.Controller)
+			selfhostedshootexposure.DefaultAddOptions.IgnoreOperationAnnotation = reconcileOpts.Completed().IgnoreOperationAnnotation
+			selfhostedshootexposure.DefaultAddOptions.ExtensionClasses = slices.Clone(generalOpts.Completed().ExtensionClasses)
 			return run(ctx, restOpts, mgrOpts, controllerSwitches, webhookOptions)
 		},
 	}

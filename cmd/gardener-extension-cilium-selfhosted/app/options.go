@@ -5,6 +5,7 @@ import (
 	extensionscmdwebhook "github.com/gardener/gardener/extensions/pkg/webhook/cmd"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/apiserverendpoints"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/selfhostedshootexposure"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/webhook/apiserveraccess"
 )
 
@@ -23,6 +24,7 @@ var (
 func ControllerSwitchOptions() *extensionscmdcontroller.SwitchOptions {
 	return extensionscmdcontroller.NewSwitchOptions(
 		extensionscmdcontroller.Switch(apiserverendpoints.ControllerName, apiserverendpoints.AddToManager),
+		extensionscmdcontroller.Switch(selfhostedshootexposure.ControllerName, selfhostedshootexposure.AddToManager),
 	)
 }
 

@@ -1,0 +1,315 @@
+// Package validation validates the exposure configuration, with field paths that name the bad setting.
+package validation
+
+import (
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
+
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure"
+)
+
+// Family is an IP family of the shoot: "IPv4" or "IPv6".
+type Family string
+
+const (
+	IPv4 Family = "IPv4"
+	IPv6 Family = "IPv6"
+)
+
+// FamilyOf is the family of an address.
+func FamilyOf(a netip.Addr) Family {
+	if a.Is4() {
+		return IPv4
+	}
+	return IPv6
+}
+
+// ValidateExposureConfig validates cfg for a shoot with the given IP families; the pool must offer an address of
+// each.
+func ValidateExposureConfig(cfg *exposure.ExposureConfig, families []Family, fldPath *field.Path) field.ErrorList {
+	allErrs := field.ErrorList{}
+
+	switch cfg.Announcement {
+	case exposure.AnnouncementL2:
+		if cfg.L2 != nil {
+			allErrs = append(allErrs, validateL2(cfg.L2, fldPath.Child("l2"))...)
+		}
+	case exposure.AnnouncementBGP:
+		if cfg.BGP == nil {
+			allErrs = append(allErrs, field.Required(fldPath.Child("bgp"), "announcement BGP needs a bgp section"))
+		} else {
+			allErrs = append(allErrs, validateBGP(cfg.BGP, fldPath.Child("bgp"))...)
+		}
+	default:
+		allErrs = append(allErrs, field.NotSupported(fldPath.Child("announcement"), cfg.Announcement,
+			[]exposure.Announcement{exposure.AnnouncementL2, exposure.AnnouncementBGP}))
+	}
+
+	pool, errs := ParsePool(cfg.Pool, fldPath.Child("pool"))
+	allErrs = append(allErrs, errs...)
+	if len(errs) > 0 {
+		return allErrs
+	}
+	for _, f := range families {
+		if !pool.Has(f) {
+			allErrs = append(allErrs, field.Invalid(fldPath.Child("pool"), cfg.Pool, fmt.Sprintf("the shoot has IP family %s, but the pool has no %s address", f, f)))
+		}
+	}
+
+	seen := sets.New[Family]()
+	for i, ip := range cfg.LoadBalancerIPs {
+		p := fldPath.Child("loadBalancerIPs").Index(i)
+		addr, err := netip.ParseAddr(ip)
+		if err != nil {
+			allErrs = append(allErrs, field.Invalid(p, ip, "not an IP address"))
+			continue
+		}
+		if !pool.Contains(addr) {
+			allErrs = append(allErrs, field.Invalid(p, ip, "not in the pool"))
+		}
+		if seen.Has(FamilyOf(addr)) {
+			allErrs = append(allErrs, field.Duplicate(p, ip))
+		}
+		seen.Insert(FamilyOf(addr))
+	}
+	return allErrs
+}
+
+// Pool is a parsed address pool.
+type Pool struct {
+	Prefixes []netip.Prefix
+	Ranges   [][2]netip.Addr
+}
+
+// ParsePool parses and checks the CIDRs and ranges of a pool.
+func ParsePool(p exposure.Pool, fldPath *field.Path) (Pool, field.ErrorList) {
+	var (
+		pool    Pool
+		allErrs field.ErrorList
+	)
+	if len(p.CIDRs) == 0 && len(p.Ranges) == 0 {
+		return pool, field.ErrorList{field.Required(fldPath, "the pool needs at least one CIDR or range")}
+	}
+	for i, c := range p.CIDRs {
+		prefix, err := netip.ParsePrefix(c)
+		if err != nil {
+			allErrs = append(allErrs, field.Invalid(fldPath.Child("cidrs").Index(i), c, "not a CIDR"))
+			continue
+		}
+		if prefix != prefix.Masked() {
+			allErrs = append(allErrs, field.Invalid(fldPath.Child("cidrs").Index(i), c, fmt.Sprintf("host bits are set (did you mean %s?)", prefix.Masked())))
+			continue
+		}
+		pool.Prefixes = append(pool.Prefixes, prefix)
+	}
+	for i, r := range p.Ranges {
+		rp := fldPath.Child("ranges").Index(i)
+		start, errStart := netip.ParseAddr(r.Start)
+		stop, errStop := netip.ParseAddr(r.Stop)
+		switch {
+		case errStart != nil:
+			allErrs = append(allErrs, field.Invalid(rp.Child("start"), r.Start, "not an IP address"))
+		case errStop != nil:
+			allErrs = append(allErrs, field.Invalid(rp.Child("stop"), r.Stop, "not an IP address"))
+		case start.Is4() != stop.Is4():
+			allErrs = append(allErrs, field.Invalid(rp, r, "start and stop are of different IP families"))
+		case stop.Less(start):
+			allErrs = append(allErrs, field.Invalid(rp, r, "stop is before start"))
+		default:
+			pool.Ranges = append(pool.Ranges, [2]netip.Addr{start, stop})
+		}
+	}
+	return pool, allErrs
+}
+
+// Contains tells whether addr lies in the pool.
+func (p Pool) Contains(addr netip.Addr) bool {
+	for _, prefix := range p.Prefixes {
+		if prefix.Contains(addr) {
+			return true
+		}
+	}
+	for _, r := range p.Ranges {
+		if !addr.Less(r[0]) && !r[1].Less(addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// Has tells whether the pool offers addresses of family f.
+func (p Pool) Has(f Family) bool {
+	for _, prefix := range p.Prefixes {
+		if FamilyOf(prefix.Addr()) == f {
+			return true
+		}
+	}
+	for _, r := range p.Ranges {
+		if FamilyOf(r[0]) == f {
+			return true
+		}
+	}
+	return false
+}
+
+func validateL2(l2 *exposure.L2, fldPath *field.Path) field.ErrorList {
+	allErrs := field.ErrorList{}
+	for i, expr := range l2.Interfaces {
+		if _, err := regexp.Compile(expr); err != nil {
+			allErrs = append(allErrs, field.Invalid(fldPath.Child("interfaces").Index(i), expr, "not a regular expression: "+err.Error()))
+		}
+	}
+	if l2.NodeSelector != nil {
+		allErrs = append(allErrs, metav1validation.ValidateLabelSelector(l2.NodeSelector, metav1validation.LabelSelectorValidationOptions{}, fldPath.Child("nodeSelector"))...)
+	}
+	if l2.LeaseDuration != nil && l2.LeaseDuration.Duration <= 0 {
+		allErrs = append(allErrs, field.Invalid(fldPath.Child("leaseDuration"), l2.LeaseDuration.Duration.String(), "must be positive"))
+	}
+	if l2.LeaseRenewDeadline != nil && l2.LeaseRenewDeadline.Duration <= 0 {
+		allErrs = append(allErrs, field.Invalid(fldPath.Child("leaseRenewDeadline"), l2.LeaseRenewDeadline.Duration.String(), "must be positive"))
+	}
+	if l2.LeaseRetryPeriod != nil && l2.LeaseRetryPeriod.Duration <= 0 {
+		allErrs = append(allErrs, field.Invalid(fldPath.Child("leaseRetryPeriod"), l2.LeaseRetryPeriod.Duration.String(), "must be positive"))
+	}
+	// client-go leader election, which Cilium's L2 announcer uses, demands duration > renew deadline > retry period.
+	if l2.LeaseDuration != nil && l2.LeaseRenewDeadline != nil && l2.LeaseRenewDeadline.Duration >= l2.LeaseDuration.Duration {
+		allErrs = append(allErrs, field.Invalid(fldPath.Child("leaseRenewDeadline"), l2.LeaseRenewDeadline.Duration.String(), "must be shorter than leaseDuration"))
+	}
+	if l2.LeaseRenewDeadline != nil && l2.LeaseRetryPeriod != nil && l2.LeaseRetryPeriod.Duration >= l2.LeaseRenewDeadline.Duration {
+		allErrs = append(allErrs, field.Invalid(fldPath.Child("leaseRetryPeriod"), l2.LeaseRetryPeriod.Duration.String(), "must be shorter than leaseRenewDeadline"))
+	}
+	return allErrs
+}
+
+const maxASN = 4294967295
+
+func validateBGP(bgp *exposure.BGP, fldPath *field.Path) field.ErrorList {
+	allErrs := field.ErrorList{}
+	for k, v := range bgp.AdvertisementLabels {
+		for _, msg := range validation.IsQualifiedName(k) {
+			allErrs = append(allErrs, field.Invalid(fldPath.Child("advertisementLabels").Key(k), k, msg))
+		}
+		for _, msg := range validation.IsValidLabelValue(v) {
+			allErrs = append(allErrs, field.Invalid(fldPath.Child("advertisementLabels").Key(k), v, msg))
+		}
+	}
+	if bgp.NodeSelector != nil {
+		allErrs = append(allErrs, metav1validation.ValidateLabelSelector(bgp.NodeSelector, metav1validation.LabelSelectorValidationOptions{}, fldPath.Child("nodeSelector"))...)
+	}
+	if bgp.Communities != nil {
+		allErrs = append(allErrs, validateCommunities(bgp.Communities, fldPath.Child("communities"))...)
+	}
+
+	if bgp.ClusterConfigName != nil {
+		for _, msg := range validation.IsDNS1123Subdomain(*bgp.ClusterConfigName) {
+			allErrs = append(allErrs, field.Invalid(fldPath.Child("clusterConfigName"), *bgp.ClusterConfigName, msg))
+		}
+		return allErrs
+	}
+
+	if bgp.LocalASN == nil {
+		allErrs = append(allErrs, field.Required(fldPath.Child("localASN"), "BGP needs the nodes' ASN (or clusterConfigName)"))
+	} else if *bgp.LocalASN < 1 || *bgp.LocalASN > maxASN {
+		allErrs = append(allErrs, field.Invalid(fldPath.Child("localASN"), *bgp.LocalASN, "must be between 1 and 4294967295"))
+	}
+	if len(bgp.Peers) == 0 {
+		allErrs = append(allErrs, field.Required(fldPath.Child("peers"), "BGP needs at least one peer (or clusterConfigName)"))
+	}
+	names := sets.New[string]()
+	for i, peer := range bgp.Peers {
+		allErrs = append(allErrs, validatePeer(peer, fldPath.Child("peers").Index(i))...)
+		if names.Has(peer.Name) {
+			allErrs = append(allErrs, field.Duplicate(fldPath.Child("peers").Index(i).Child("name"), peer.Name))
+		}
+		names.Insert(peer.Name)
+	}
+	return allErrs
+}
+
+func validatePeer(peer exposure.BGPPeer, fldPath *field.Path) field.ErrorList {
+	allErrs := field.ErrorList{}
+	for _, msg := range validation.IsDNS1123Label(peer.Name) {
+		allErrs = append(allErrs, field.Invalid(fldPath.Child("name"), peer.Name, msg))
+	}
+	if _, err := netip.ParseAddr(peer.Address); err != nil {
+		allErrs = append(allErrs, field.Invalid(fldPath.Child("address"), peer.Address, "not an IP address"))
+	}
+	// 0 lets Cilium take the peer's ASN from its OPEN message.
+	if peer.ASN < 0 || peer.ASN > maxASN {
+		allErrs = append(allErrs, field.Invalid(fldPath.Child("asn"), peer.ASN, "must be between 0 (learn from the peer) and 4294967295"))
+	}
+	inRange := func(name string, v *int32, lo, hi int32) {
+		if v != nil && (*v < lo || *v > hi) {
+			allErrs = append(allErrs, field.Invalid(fldPath.Child(name), *v, fmt.Sprintf("must be between %d and %d", lo, hi)))
+		}
+	}
+	inRange("port", peer.Port, 1, 65535)
+	inRange("holdTimeSeconds", peer.HoldTimeSeconds, 3, 65535)
+	inRange("keepAliveTimeSeconds", peer.KeepAliveTimeSeconds, 1, 65535)
+	inRange("connectRetryTimeSeconds", peer.ConnectRetryTimeSeconds, 1, 2147483647)
+	inRange("ebgpMultihop", peer.EBGPMultihop, 1, 255)
+	if peer.HoldTimeSeconds != nil && peer.KeepAliveTimeSeconds != nil && *peer.KeepAliveTimeSeconds > *peer.HoldTimeSeconds {
+		allErrs = append(allErrs, field.Invalid(fldPath.Child("keepAliveTimeSeconds"), *peer.KeepAliveTimeSeconds, "must not exceed holdTimeSeconds"))
+	}
+	if peer.GracefulRestart != nil {
+		inRange("gracefulRestart.restartTimeSeconds", peer.GracefulRestart.RestartTimeSeconds, 1, 4095)
+	}
+	if peer.AuthSecretRef != nil {
+		for _, msg := range validation.IsDNS1123Subdomain(*peer.AuthSecretRef) {
+			allErrs = append(allErrs, field.Invalid(fldPath.Child("authSecretRef"), *peer.AuthSecretRef, msg))
+		}
+	}
+	return allErrs
+}
+
+var wellKnownCommunities = []string{
+	"internet", "planned-shut", "accept-own", "route-filter-translated-v4", "route-filter-v4",
+	"route-filter-translated-v6", "route-filter-v6", "llgr-stale", "no-llgr", "blackhole",
+	"no-export", "no-advertise", "no-export-subconfed", "no-peer",
+}
+
+func validateCommunities(c *exposure.BGPCommunities, fldPath *field.Path) field.ErrorList {
+	allErrs := field.ErrorList{}
+	for i, s := range c.Standard {
+		if !isCommunity(s, 2, 65535) && !isUint(s, maxASN) {
+			allErrs = append(allErrs, field.Invalid(fldPath.Child("standard").Index(i), s, "must be <0-65535>:<0-65535> or a 32-bit number"))
+		}
+	}
+	for i, s := range c.WellKnown {
+		if !sets.New(wellKnownCommunities...).Has(s) {
+			allErrs = append(allErrs, field.NotSupported(fldPath.Child("wellKnown").Index(i), s, wellKnownCommunities))
+		}
+	}
+	for i, s := range c.Large {
+		if !isCommunity(s, 3, maxASN) {
+			allErrs = append(allErrs, field.Invalid(fldPath.Child("large").Index(i), s, "must be <0-4294967295>:<0-4294967295>:<0-4294967295>"))
+		}
+	}
+	return allErrs
+}
+
+func isCommunity(s string, parts int, max uint64) bool {
+	fields := strings.Split(s, ":")
+	if len(fields) != parts {
+		return false
+	}
+	for _, f := range fields {
+		if !isUint(f, max) {
+			return false
+		}
+	}
+	return true
+}
+
+func isUint(s string, max uint64) bool {
+	v, err := strconv.ParseUint(s, 10, 64)
+	return err == nil && v <= max
+}

@@ -1,0 +1,227 @@
+package selfhostedshootexposure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	extensionscontroller "github.com/gardener/gardener/extensions/pkg/controller"
+	extensionsselfhostedshootexposure "github.com/gardener/gardener/extensions/pkg/controller/selfhostedshootexposure"
+	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
+	reconcilerutils "github.com/gardener/gardener/pkg/controllerutils/reconciler"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/ciliumconfig"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/config"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
+)
+
+// managedKinds are the kinds of object an exposure may own besides its Service. Stale ones (a slice no longer needed,
+// the L2 policy after a switch to BGP) are deleted by label, so that nothing of another exposure or of the user is.
+var managedKinds = []schema.GroupVersionKind{
+	{Group: "discovery.k8s.io", Version: "v1", Kind: "EndpointSlice"},
+	ciliumv2.SchemeGroupVersion.WithKind("CiliumLoadBalancerIPPool"),
+	{Group: "cilium.io", Version: "v2alpha1", Kind: "CiliumL2AnnouncementPolicy"},
+	ciliumv2.SchemeGroupVersion.WithKind("CiliumBGPAdvertisement"),
+	ciliumv2.SchemeGroupVersion.WithKind("CiliumBGPClusterConfig"),
+	ciliumv2.SchemeGroupVersion.WithKind("CiliumBGPPeerConfig"),
+}
+
+// Conditions that Cilium's LB-IPAM writes (operator/pkg/lbipam).
+const (
+	conditionIPAMRequestSatisfied = "cilium.io/IPAMRequestSatisfied"
+	conditionPoolConflict         = "cilium.io/PoolConflict"
+)
+
+type actuator struct {
+	client client.Client
+	// reader reads without the cache, for listing what the exposure owns: the cache may lag behind what was applied.
+	reader client.Reader
+	// ingressWait is how long Reconcile waits for LB-IPAM within one call. gardenadm counts an exposure with a
+	// lastError as failed after ~30s, so the VIP should come within the call rather than after a requeue.
+	ingressWait, pollInterval time.Duration
+}
+
+// NewActuator returns the actuator of SelfHostedShootExposures of type cilium.
+func NewActuator(c client.Client, reader client.Reader, ingressWait time.Duration) extensionsselfhostedshootexposure.Actuator {
+	return &actuator{client: c, reader: reader, ingressWait: ingressWait, pollInterval: 100 * time.Millisecond}
+}
+
+// Reconcile applies the desired objects, removes those no longer desired, and returns the VIP once Cilium has
+// assigned it. Bad input fails before anything is applied or deleted.
+func (a *actuator) Reconcile(ctx context.Context, log logr.Logger, exp *extensionsv1alpha1.SelfHostedShootExposure, cluster *extensionscontroller.Cluster) ([]corev1.LoadBalancerIngress, error) {
+	cfg, err := config.Load(exp, cluster.Shoot)
+	if err != nil {
+		return nil, err
+	}
+	objs, err := resources.Build(resources.Input{
+		Name: exp.Name, Namespace: exp.Namespace, Port: exp.Spec.Port, Endpoints: exp.Spec.Endpoints,
+		Families: config.Families(cluster.Shoot), Config: cfg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	ciliumConfig := &corev1.ConfigMap{}
+	if err := a.client.Get(ctx, client.ObjectKey{Namespace: cilium.Namespace, Name: cilium.ConfigMapName}, ciliumConfig); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("Cilium is not installed: ConfigMap %s/%s not found", cilium.Namespace, cilium.ConfigMapName)
+		}
+		return nil, err
+	}
+	if err := ciliumconfig.Check(ciliumConfig.Data, cfg); err != nil {
+		return nil, err
+	}
+
+	log.Info("Applying exposure objects", "config", config.Describe(cfg), "objects", len(objs.All()))
+	for _, obj := range objs.All() {
+		if err := apply(ctx, a.client, obj); err != nil {
+			return nil, fmt.Errorf("applying %s %s: %w", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), err)
+		}
+	}
+	if err := a.deleteOwned(ctx, exp, objs.All()); err != nil {
+		return nil, err
+	}
+	return a.waitForIngress(ctx, objs.Service, objs.Pool.Name)
+}
+
+// waitForIngress returns the Service's ingress once LB-IPAM has assigned it, and fails early with Cilium's own
+// explanation when it cannot (a conflicting pool, a pinned IP that is taken).
+func (a *actuator) waitForIngress(ctx context.Context, desired *corev1.Service, poolName string) ([]corev1.LoadBalancerIngress, error) {
+	var (
+		svc  = &corev1.Service{}
+		pool = &ciliumv2.CiliumLoadBalancerIPPool{}
+	)
+	assigned, err := a.poll(ctx, func(ctx context.Context) (bool, error) {
+		if err := a.client.Get(ctx, client.ObjectKeyFromObject(desired), svc); client.IgnoreNotFound(err) != nil {
+			return false, err
+		}
+		if len(svc.Status.LoadBalancer.Ingress) > 0 {
+			return true, nil
+		}
+		if err := a.client.Get(ctx, client.ObjectKey{Name: poolName}, pool); client.IgnoreNotFound(err) != nil {
+			return false, err
+		}
+		if c := meta.FindStatusCondition(pool.Status.Conditions, conditionPoolConflict); c != nil && c.Status == metav1.ConditionTrue {
+			return false, fmt.Errorf("Cilium rejects CiliumLoadBalancerIPPool %s: it conflicts with another pool: %s", poolName, c.Message)
+		}
+		return false, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !assigned {
+		return nil, &reconcilerutils.RequeueAfterError{RequeueAfter: 2 * time.Second, Cause: notAssigned(svc)}
+	}
+	return ingressOf(svc), nil
+}
+
+// poll calls cond every pollInterval until it is done or fails, for at most ingressWait.
+func (a *actuator) poll(ctx context.Context, cond func(context.Context) (bool, error)) (bool, error) {
+	deadline := time.Now().Add(a.ingressWait)
+	for {
+		done, err := cond(ctx)
+		if done || err != nil || time.Now().After(deadline) {
+			return done, err
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(a.pollInterval):
+		}
+	}
+}
+
+func notAssigned(svc *corev1.Service) error {
+	msg := fmt.Sprintf("Cilium LB-IPAM has not assigned a VIP to Service %s/%s yet", svc.Namespace, svc.Name)
+	if c := meta.FindStatusCondition(svc.Status.Conditions, conditionIPAMRequestSatisfied); c != nil && c.Status == metav1.ConditionFalse {
+		msg += fmt.Sprintf(": %s: %s", c.Reason, c.Message)
+	}
+	return errors.New(msg)
+}
+
+// ingressOf copies what LB-IPAM wrote, IPs only: it sets neither hostnames nor ipMode.
+func ingressOf(svc *corev1.Service) []corev1.LoadBalancerIngress {
+	out := make([]corev1.LoadBalancerIngress, 0, len(svc.Status.LoadBalancer.Ingress))
+	for _, in := range svc.Status.LoadBalancer.Ingress {
+		out = append(out, corev1.LoadBalancerIngress{IP: in.IP, Hostname: in.Hostname})
+	}
+	return out
+}
+
+// Delete deletes the Service first and waits until it is gone, so that LB-IPAM has released the VIP before its pool
+// goes; then everything else the exposure owns.
+func (a *actuator) Delete(ctx context.Context, log logr.Logger, exp *extensionsv1alpha1.SelfHostedShootExposure, _ *extensionscontroller.Cluster) error {
+	return a.delete(ctx, log, exp, true)
+}
+
+// ForceDelete deletes the same objects without waiting for the Service.
+func (a *actuator) ForceDelete(ctx context.Context, log logr.Logger, exp *extensionsv1alpha1.SelfHostedShootExposure, _ *extensionscontroller.Cluster) error {
+	return a.delete(ctx, log, exp, false)
+}
+
+func (a *actuator) delete(ctx context.Context, log logr.Logger, exp *extensionsv1alpha1.SelfHostedShootExposure, wait bool) error {
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: exp.Namespace, Name: resources.ServiceName(exp.Name)}}
+	if err := a.client.Delete(ctx, svc); client.IgnoreNotFound(err) != nil {
+		return err
+	}
+	if wait {
+		gone, err := a.poll(ctx, func(ctx context.Context) (bool, error) {
+			err := a.reader.Get(ctx, client.ObjectKeyFromObject(svc), &corev1.Service{})
+			return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+		})
+		if err != nil {
+			return err
+		}
+		if !gone {
+			return &reconcilerutils.RequeueAfterError{RequeueAfter: time.Second, Cause: fmt.Errorf("waiting until Service %s/%s is gone and its VIP released", svc.Namespace, svc.Name)}
+		}
+	}
+	log.Info("Service deleted, deleting the other exposure objects")
+	return a.deleteOwned(ctx, exp, nil)
+}
+
+// deleteOwned deletes the objects of the exposure's labels that are not among keep.
+func (a *actuator) deleteOwned(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, keep []client.Object) error {
+	kept := sets.New[string]()
+	for _, obj := range keep {
+		kept.Insert(obj.GetObjectKind().GroupVersionKind().Kind + "/" + obj.GetName())
+	}
+	for _, gvk := range managedKinds {
+		list := &metav1.PartialObjectMetadataList{}
+		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		opts := []client.ListOption{client.MatchingLabels(resources.Labels(exp.Name, exp.Namespace))}
+		if gvk.Kind == "EndpointSlice" {
+			opts = append(opts, client.InNamespace(exp.Namespace))
+		}
+		if err := a.reader.List(ctx, list, opts...); err != nil {
+			if meta.IsNoMatchError(err) {
+				continue // that Cilium CRD is not installed, so nothing of that kind exists
+			}
+			return fmt.Errorf("listing %s: %w", gvk.Kind, err)
+		}
+		for i := range list.Items {
+			obj := &list.Items[i]
+			if kept.Has(gvk.Kind+"/"+obj.Name) || obj.Labels[apiserverendpoints.LabelManagedBy] != apiserverendpoints.ManagedByValue {
+				continue
+			}
+			obj.SetGroupVersionKind(gvk)
+			if err := a.client.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("deleting %s %s: %w", gvk.Kind, obj.Name, err)
+			}
+		}
+	}
+	return nil
+}
+

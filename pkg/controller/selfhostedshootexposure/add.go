@@ -1,0 +1,66 @@
+// Package selfhostedshootexposure is the controller of SelfHostedShootExposures of type cilium: it exposes
+// kube-apiserver on a VIP that Cilium assigns (LB-IPAM) and announces (L2 or BGP), and reports it in status.ingress.
+package selfhostedshootexposure
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/sets"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	extensionsselfhostedshootexposure "github.com/gardener/gardener/extensions/pkg/controller/selfhostedshootexposure"
+	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/config"
+)
+
+// Type is the exposure type this controller serves.
+const Type = config.Type
+
+// ControllerName is the name of the controller and of its switch.
+const ControllerName = extensionsselfhostedshootexposure.ControllerName
+
+var (
+	// DefaultAddOptions are the options of AddToManager.
+	DefaultAddOptions = AddOptions{IngressWait: 10 * time.Second}
+
+	supportedExtensionClasses = sets.New(extensionsv1alpha1.ExtensionClassShoot)
+)
+
+// AddOptions are the options of the controller.
+type AddOptions struct {
+	// Controller are the controller.Options.
+	Controller controller.Options
+	// IgnoreOperationAnnotation reconciles on every change rather than on Gardener's operation annotation.
+	IgnoreOperationAnnotation bool
+	// ExtensionClasses are the extension classes of this deployment; only `shoot` is served.
+	ExtensionClasses []extensionsv1alpha1.ExtensionClass
+	// IngressWait is how long one reconciliation waits for Cilium to assign the VIP before it requeues.
+	IngressWait time.Duration
+}
+
+// AddToManagerWithOptions adds the controller, and the watch that brings a VIP assigned by Cilium into the status at
+// once, to mgr.
+func AddToManagerWithOptions(mgr manager.Manager, opts AddOptions) error {
+	classes := slices.DeleteFunc(slices.Clone(opts.ExtensionClasses), func(class extensionsv1alpha1.ExtensionClass) bool {
+		return !supportedExtensionClasses.Has(class)
+	})
+	if err := extensionsselfhostedshootexposure.Add(mgr, extensionsselfhostedshootexposure.AddArgs{
+		Actuator:          NewActuator(mgr.GetClient(), mgr.GetAPIReader(), opts.IngressWait),
+		ControllerOptions: opts.Controller,
+		Predicates:        extensionsselfhostedshootexposure.DefaultPredicates(opts.IgnoreOperationAnnotation),
+		Type:              Type,
+		ExtensionClasses:  classes,
+	}); err != nil {
+		return err
+	}
+	return addServiceTrigger(mgr)
+}
+
+// AddToManager adds the controller with DefaultAddOptions.
+func AddToManager(_ context.Context, mgr manager.Manager) error {
+	return AddToManagerWithOptions(mgr, DefaultAddOptions)
+}

@@ -1,0 +1,76 @@
+package selfhostedshootexposure
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1beta1constants "github.com/gardener/gardener/pkg/apis/core/v1beta1/constants"
+	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
+)
+
+// serviceTriggerName names the controller that watches the exposures' Services.
+const serviceTriggerName = ControllerName + "-service"
+
+// addServiceTrigger watches the Services of exposures. When Cilium assigns or changes a VIP that the exposure's
+// status does not show yet, it asks Gardener's generic reconciler for a reconciliation the way Gardener itself does,
+// with the operation annotation: the generic controller watches only SelfHostedShootExposures.
+func addServiceTrigger(mgr manager.Manager) error {
+	return builder.ControllerManagedBy(mgr).
+		Named(serviceTriggerName).
+		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(toExposure), builder.WithPredicates(ingressChanged)).
+		Complete(&serviceTrigger{client: mgr.GetClient()})
+}
+
+func toExposure(_ context.Context, obj client.Object) []reconcile.Request {
+	name, namespace := obj.GetLabels()[resources.LabelExposureName], obj.GetLabels()[resources.LabelExposureNamespace]
+	if name == "" || namespace == "" || obj.GetName() != resources.ServiceName(name) {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: namespace, Name: name}}}
+}
+
+var ingressChanged = predicate.Funcs{
+	CreateFunc: func(e event.CreateEvent) bool { return len(e.Object.(*corev1.Service).Status.LoadBalancer.Ingress) > 0 },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return !equality.Semantic.DeepEqual(e.ObjectOld.(*corev1.Service).Status.LoadBalancer, e.ObjectNew.(*corev1.Service).Status.LoadBalancer)
+	},
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+type serviceTrigger struct {
+	client client.Client
+}
+
+func (t *serviceTrigger) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	exp := &extensionsv1alpha1.SelfHostedShootExposure{}
+	if err := t.client.Get(ctx, req.NamespacedName, exp); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if exp.Spec.Type != Type || exp.DeletionTimestamp != nil || exp.Annotations[v1beta1constants.GardenerOperation] != "" {
+		return reconcile.Result{}, nil
+	}
+	svc := &corev1.Service{}
+	if err := t.client.Get(ctx, client.ObjectKey{Namespace: exp.Namespace, Name: resources.ServiceName(exp.Name)}, svc); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if len(svc.Status.LoadBalancer.Ingress) == 0 || equality.Semantic.DeepEqual(ingressOf(svc), exp.Status.Ingress) {
+		return reconcile.Result{}, nil
+	}
+	patch := client.MergeFrom(exp.DeepCopy())
+	metav1.SetMetaDataAnnotation(&exp.ObjectMeta, v1beta1constants.GardenerOperation, v1beta1constants.GardenerOperationReconcile)
+	return reconcile.Result{}, t.client.Patch(ctx, exp, patch)
+}

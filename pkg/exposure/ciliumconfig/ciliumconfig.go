@@ -1,0 +1,103 @@
+// Package ciliumconfig knows which `cilium-config` settings an exposure needs: the webhook switches them on, the
+// exposure checks them.
+package ciliumconfig
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
+)
+
+// Keys of `cilium-config` (install/kubernetes/cilium/templates/cilium-configmap.yaml).
+const (
+	KeyLBIPAM               = "enable-lb-ipam"
+	KeyL2Announcements      = "enable-l2-announcements"
+	KeyL2LeaseDuration      = "l2-announcements-lease-duration"
+	KeyL2LeaseRenewDeadline = "l2-announcements-renew-deadline"
+	KeyL2LeaseRetryPeriod   = "l2-announcements-retry-period"
+	KeyBGPControlPlane      = "enable-bgp-control-plane"
+	KeyClientQPS            = "k8s-client-qps"
+	KeyClientBurst          = "k8s-client-burst"
+	minClientQPS, minBurst  = 10, 20
+	enabled                 = "true"
+	configMapRef            = "ConfigMap " + cilium.Namespace + "/" + cilium.ConfigMapName
+)
+
+// Switches are the feature switches the exposure needs: LB-IPAM always, and the L2 announcer or the BGP control
+// plane.
+func Switches(cfg *exposure.ExposureConfig) map[string]string {
+	s := map[string]string{KeyLBIPAM: enabled}
+	switch cfg.Announcement {
+	case exposure.AnnouncementL2:
+		s[KeyL2Announcements] = enabled
+	case exposure.AnnouncementBGP:
+		s[KeyBGPControlPlane] = enabled
+	}
+	return s
+}
+
+// Settings are all settings the exposure needs: the switches, and for L2 the lease timings.
+func Settings(cfg *exposure.ExposureConfig) map[string]string {
+	s := Switches(cfg)
+	if l2 := cfg.L2; cfg.Announcement == exposure.AnnouncementL2 && l2 != nil {
+		if l2.LeaseDuration != nil {
+			s[KeyL2LeaseDuration] = l2.LeaseDuration.Duration.String()
+		}
+		if l2.LeaseRenewDeadline != nil {
+			s[KeyL2LeaseRenewDeadline] = l2.LeaseRenewDeadline.Duration.String()
+		}
+		if l2.LeaseRetryPeriod != nil {
+			s[KeyL2LeaseRetryPeriod] = l2.LeaseRetryPeriod.Duration.String()
+		}
+	}
+	return s
+}
+
+// Enable writes the settings into the data of `cilium-config` and makes sure that the client rate limit is not below
+// Cilium's defaults (10 QPS, burst 20), which the L2 announcer's lease renewals need (Cilium's L2 documentation sizes
+// it as services / renew deadline). Other keys stay as they are. It reports whether it changed anything.
+func Enable(data map[string]string, cfg *exposure.ExposureConfig) bool {
+	changed := false
+	for k, v := range Settings(cfg) {
+		if data[k] != v {
+			data[k] = v
+			changed = true
+		}
+	}
+	for key, floor := range map[string]int{KeyClientQPS: minClientQPS, KeyClientBurst: minBurst} {
+		if v, ok := data[key]; ok {
+			if n, err := strconv.ParseFloat(v, 64); err == nil && n < float64(floor) {
+				data[key] = strconv.Itoa(floor)
+				changed = true
+			}
+		}
+	}
+	return changed
+}
+
+// Check reports which switches the exposure needs are off in `cilium-config`. LB-IPAM is on unless switched off
+// explicitly (its default is true).
+func Check(data map[string]string, cfg *exposure.ExposureConfig) error {
+	var off []string
+	switches := Switches(cfg)
+	for _, k := range slices.Sorted(maps.Keys(switches)) {
+		v, ok := data[k]
+		if k == KeyLBIPAM && !ok {
+			continue
+		}
+		if v != switches[k] {
+			off = append(off, fmt.Sprintf("%s=%q (needs %q)", k, v, switches[k]))
+		}
+	}
+	if len(off) > 0 {
+		return fmt.Errorf("%s does not enable what announcement %s needs: %s; the extension's webhook sets these when "+
+			"Cilium's configuration is applied, and the agents and operator pick them up when they restart",
+			configMapRef, cfg.Announcement, strings.Join(off, ", "))
+	}
+	return nil
+}

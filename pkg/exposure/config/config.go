@@ -1,0 +1,75 @@
+// Package config finds, decodes and validates the exposure configuration of a self-hosted shoot.
+package config
+
+import (
+	"fmt"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
+	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure/helper"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure/validation"
+)
+
+// Type is the exposure type this extension serves: `controlPlane.exposure.extension.type: cilium`.
+const Type = "cilium"
+
+// Raw finds the providerConfig: spec.providerConfig of the exposure (exp may be nil), else the shoot's
+// controlPlane.exposure.extension.providerConfig, which gardener v1.150 does not copy into the exposure. It returns
+// the field path it came from, for error messages.
+func Raw(exp *extensionsv1alpha1.SelfHostedShootExposure, shoot *gardencorev1beta1.Shoot) (*runtime.RawExtension, *field.Path) {
+	if exp != nil && exp.Spec.ProviderConfig != nil && len(exp.Spec.ProviderConfig.Raw) > 0 {
+		return exp.Spec.ProviderConfig, field.NewPath("spec", "providerConfig")
+	}
+	if shoot == nil {
+		return nil, field.NewPath("spec", "providerConfig")
+	}
+	i := slices.IndexFunc(shoot.Spec.Provider.Workers, func(w gardencorev1beta1.Worker) bool { return w.ControlPlane != nil })
+	if i < 0 {
+		return nil, field.NewPath("spec", "providerConfig")
+	}
+	path := field.NewPath("shoot", "spec", "provider", "workers").Index(i).Child("controlPlane", "exposure", "extension", "providerConfig")
+	if e := shoot.Spec.Provider.Workers[i].ControlPlane.Exposure; e != nil && e.Extension != nil && e.Extension.ProviderConfig != nil && len(e.Extension.ProviderConfig.Raw) > 0 {
+		return e.Extension.ProviderConfig, path
+	}
+	return nil, path
+}
+
+// Families are the shoot's IP families; a shoot without networking settings is IPv4.
+func Families(shoot *gardencorev1beta1.Shoot) []validation.Family {
+	if shoot == nil || shoot.Spec.Networking == nil || len(shoot.Spec.Networking.IPFamilies) == 0 {
+		return []validation.Family{validation.IPv4}
+	}
+	families := make([]validation.Family, 0, len(shoot.Spec.Networking.IPFamilies))
+	for _, f := range shoot.Spec.Networking.IPFamilies {
+		families = append(families, validation.Family(f))
+	}
+	return families
+}
+
+// Load finds, decodes (strictly) and validates the exposure configuration. Every error names the field at fault.
+func Load(exp *extensionsv1alpha1.SelfHostedShootExposure, shoot *gardencorev1beta1.Shoot) (*exposure.ExposureConfig, error) {
+	raw, path := Raw(exp, shoot)
+	if raw == nil {
+		return nil, field.Required(path, "the cilium exposure needs a providerConfig with at least `pool` (apiVersion: "+
+			exposure.GroupName+"/v1alpha1, kind: ExposureConfig)")
+	}
+	cfg, err := helper.Decode(raw.Raw)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if errs := validation.ValidateExposureConfig(cfg, Families(shoot), path); len(errs) > 0 {
+		return nil, errs.ToAggregate()
+	}
+	return cfg, nil
+}
+
+// Describe is a short description for logs.
+func Describe(cfg *exposure.ExposureConfig) string {
+	return fmt.Sprintf("announcement=%s pool=%v pinned=%v", cfg.Announcement, cfg.Pool, cfg.LoadBalancerIPs)
+}
