@@ -224,4 +224,3 @@ func (a *actuator) deleteOwned(ctx context.Context, exp *extensionsv1alpha1.Self
 	}
 	return nil
 }
-

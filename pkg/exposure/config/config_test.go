@@ -1,0 +1,111 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+
+	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
+	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure"
+)
+
+const header = `{"apiVersion":"cilium-selfhosted.extensions.gardener.cloud/v1alpha1","kind":"ExposureConfig",`
+
+func shoot(families []gardencorev1beta1.IPFamily, providerConfig string) *gardencorev1beta1.Shoot {
+	s := &gardencorev1beta1.Shoot{Spec: gardencorev1beta1.ShootSpec{
+		Networking: &gardencorev1beta1.Networking{IPFamilies: families},
+		Provider: gardencorev1beta1.Provider{Workers: []gardencorev1beta1.Worker{
+			{Name: "worker"},
+			{Name: "control-plane", ControlPlane: &gardencorev1beta1.WorkerControlPlane{Exposure: &gardencorev1beta1.Exposure{
+				Extension: &gardencorev1beta1.ExtensionExposure{Type: new("cilium")},
+			}}},
+		}},
+	}}
+	if providerConfig != "" {
+		s.Spec.Provider.Workers[1].ControlPlane.Exposure.Extension.ProviderConfig = &runtime.RawExtension{Raw: []byte(providerConfig)}
+	}
+	return s
+}
+
+func exposureWith(providerConfig string) *extensionsv1alpha1.SelfHostedShootExposure {
+	e := &extensionsv1alpha1.SelfHostedShootExposure{}
+	if providerConfig != "" {
+		e.Spec.ProviderConfig = &runtime.RawExtension{Raw: []byte(providerConfig)}
+	}
+	return e
+}
+
+var ipv4 = []gardencorev1beta1.IPFamily{gardencorev1beta1.IPFamilyIPv4}
+
+func TestLoadDefaults(t *testing.T) {
+	cfg, err := Load(exposureWith(""), shoot(ipv4, header+`"pool":{"cidrs":["192.0.2.10/32"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Announcement != exposure.AnnouncementL2 || cfg.L2 == nil {
+		t.Fatalf("announcement %q l2 %v, want L2 by default", cfg.Announcement, cfg.L2)
+	}
+	if cfg.L2.LeaseDuration.Duration != 5*time.Second || cfg.L2.LeaseRenewDeadline.Duration != 3*time.Second || cfg.L2.LeaseRetryPeriod.Duration != time.Second {
+		t.Errorf("lease defaults %v %v %v", cfg.L2.LeaseDuration, cfg.L2.LeaseRenewDeadline, cfg.L2.LeaseRetryPeriod)
+	}
+}
+
+func TestLoadPrefersTheExposuresProviderConfig(t *testing.T) {
+	cfg, err := Load(exposureWith(header+`"announcement":"BGP","pool":{"cidrs":["192.0.2.0/28"]},"bgp":{"clusterConfigName":"dc"}}`),
+		shoot(ipv4, header+`"pool":{"cidrs":["198.51.100.0/28"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Announcement != exposure.AnnouncementBGP || cfg.Pool.CIDRs[0] != "192.0.2.0/28" {
+		t.Errorf("loaded %+v, want the exposure's own providerConfig", cfg)
+	}
+}
+
+func TestLoadErrorsNameTheField(t *testing.T) {
+	bgpPeer := `{"name":"tor","address":"10.0.0.1","asn":64500}`
+	for name, tc := range map[string]struct {
+		exposureConfig, shootConfig string
+		families                    []gardencorev1beta1.IPFamily
+		want                        string
+	}{
+		"none":                 {"", "", ipv4, "shoot.spec.provider.workers[1].controlPlane.exposure.extension.providerConfig: Required"},
+		"unknown field":        {header + `"pool":{"cidrs":["192.0.2.10/32"]},"pools":[]}`, "", ipv4, `spec.providerConfig: decoding providerConfig: strict decoding error: unknown field "pools"`},
+		"no kind":              {`{"pool":{"cidrs":["192.0.2.10/32"]}}`, "", ipv4, "spec.providerConfig: decoding providerConfig"},
+		"malformed":            {header + `"pool":`, "", ipv4, "spec.providerConfig: decoding providerConfig"},
+		"unknown announcement": {header + `"announcement":"ARP","pool":{"cidrs":["192.0.2.10/32"]}}`, "", ipv4, `spec.providerConfig.announcement: Unsupported value: "ARP"`},
+		"empty pool":           {header + `"pool":{}}`, "", ipv4, "spec.providerConfig.pool: Required"},
+		"invalid CIDR":         {header + `"pool":{"cidrs":["192.0.2.300/32"]}}`, "", ipv4, "spec.providerConfig.pool.cidrs[0]: Invalid value"},
+		"host bits":            {header + `"pool":{"cidrs":["192.0.2.1/24"]}}`, "", ipv4, "did you mean 192.0.2.0/24"},
+		"range backwards":      {header + `"pool":{"ranges":[{"start":"192.0.2.20","stop":"192.0.2.10"}]}}`, "", ipv4, "spec.providerConfig.pool.ranges[0]"},
+		"range mixed":          {header + `"pool":{"ranges":[{"start":"192.0.2.20","stop":"2001:db8::1"}]}}`, "", ipv4, "different IP families"},
+		"pinned outside pool":  {header + `"pool":{"cidrs":["192.0.2.0/28"]},"loadBalancerIPs":["192.0.2.100"]}`, "", ipv4, "spec.providerConfig.loadBalancerIPs[0]: Invalid value: \"192.0.2.100\": not in the pool"},
+		"pinned twice":         {header + `"pool":{"cidrs":["192.0.2.0/28"]},"loadBalancerIPs":["192.0.2.1","192.0.2.2"]}`, "", ipv4, "spec.providerConfig.loadBalancerIPs[1]: Duplicate"},
+		"no IPv6 in pool":      {header + `"pool":{"cidrs":["192.0.2.0/28"]}}`, "", []gardencorev1beta1.IPFamily{"IPv4", "IPv6"}, "the pool has no IPv6 address"},
+		"BGP without section":  {header + `"announcement":"BGP","pool":{"cidrs":["192.0.2.0/28"]}}`, "", ipv4, "spec.providerConfig.bgp: Required"},
+		"BGP without ASN":      {header + `"announcement":"BGP","pool":{"cidrs":["192.0.2.0/28"]},"bgp":{"peers":[` + bgpPeer + `]}}`, "", ipv4, "spec.providerConfig.bgp.localASN: Required"},
+		"BGP without peers":    {header + `"announcement":"BGP","pool":{"cidrs":["192.0.2.0/28"]},"bgp":{"localASN":64512}}`, "", ipv4, "spec.providerConfig.bgp.peers: Required"},
+		"BGP bad peer":         {header + `"announcement":"BGP","pool":{"cidrs":["192.0.2.0/28"]},"bgp":{"localASN":64512,"peers":[{"name":"Tor","address":"x","asn":-1,"holdTimeSeconds":2}]}}`, "", ipv4, "spec.providerConfig.bgp.peers[0].address"},
+		"BGP bad community":    {header + `"announcement":"BGP","pool":{"cidrs":["192.0.2.0/28"]},"bgp":{"clusterConfigName":"dc","communities":{"standard":["70000:1"]}}}`, "", ipv4, "spec.providerConfig.bgp.communities.standard[0]"},
+		"L2 bad regex":         {header + `"pool":{"cidrs":["192.0.2.0/28"]},"l2":{"interfaces":["eth("]}}`, "", ipv4, "spec.providerConfig.l2.interfaces[0]"},
+		"L2 lease order":       {header + `"pool":{"cidrs":["192.0.2.0/28"]},"l2":{"leaseDuration":"2s","leaseRenewDeadline":"3s"}}`, "", ipv4, "spec.providerConfig.l2.leaseRenewDeadline"},
+		"from the shoot":       {"", header + `"pool":{"cidrs":["bad"]}}`, ipv4, "shoot.spec.provider.workers[1].controlPlane.exposure.extension.providerConfig.pool.cidrs[0]"},
+	} {
+		_, err := Load(exposureWith(tc.exposureConfig), shoot(tc.families, tc.shootConfig))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v\n  want one containing %q", name, err, tc.want)
+		}
+	}
+}
+
+func TestFamilies(t *testing.T) {
+	if f := Families(&gardencorev1beta1.Shoot{}); len(f) != 1 || f[0] != "IPv4" {
+		t.Errorf("a shoot without networking is IPv4, got %v", f)
+	}
+	if f := Families(shoot([]gardencorev1beta1.IPFamily{"IPv6", "IPv4"}, "")); len(f) != 2 || f[0] != "IPv6" {
+		t.Errorf("the shoot's order is kept, got %v", f)
+	}
+}
