@@ -23,6 +23,7 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/webhook/apiserveraccess"
 )
@@ -53,7 +54,7 @@ func run(extension, version string, keep bool) error {
 	defer env.Stop()
 
 	step("Creating the self-hosted shoot: Cluster kube-system, 3 control-plane and 2 worker Nodes")
-	if err := env.CreateSelfHostedShoot(ctx); err != nil {
+	if err := env.CreateSelfHostedShoot(ctx, fixtures.Shoot(true)); err != nil {
 		return err
 	}
 

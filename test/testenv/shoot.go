@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
+
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
@@ -23,8 +25,8 @@ const ExtensionNamespace = "extension-cilium-selfhosted"
 const WebhookConfigName = "gardener-extension-cilium-selfhosted"
 
 // CreateSelfHostedShoot creates what gardenadm has created before the extension starts: the extension's namespace,
-// the self-hosted Cluster, the Nodes with their addresses, and the role label Gardener puts on kube-system.
-func (e *Env) CreateSelfHostedShoot(ctx context.Context) error {
+// the Cluster of shoot, the Nodes with their addresses, and the role label Gardener puts on kube-system.
+func (e *Env) CreateSelfHostedShoot(ctx context.Context, shoot *gardencorev1beta1.Shoot) error {
 	c := e.Client
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ExtensionNamespace}}); err != nil {
 		return err
@@ -38,7 +40,7 @@ func (e *Env) CreateSelfHostedShoot(ctx context.Context) error {
 	if err := c.Patch(ctx, kubeSystem, patch); err != nil {
 		return err
 	}
-	if err := c.Create(ctx, fixtures.Cluster(fixtures.Shoot(true))); err != nil {
+	if err := c.Create(ctx, fixtures.Cluster(shoot)); err != nil {
 		return err
 	}
 	for _, node := range fixtures.Nodes() {

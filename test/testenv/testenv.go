@@ -40,6 +40,13 @@ var GardenerCRDs = []string{
 	"10-crd-resources.gardener.cloud_managedresources.yaml",
 }
 
+// CiliumCRDDirs are the directories of Cilium's CRDs in the cilium module, so that every object the extension writes
+// meets Cilium's real schemas.
+var CiliumCRDDirs = []string{
+	"pkg/k8s/apis/cilium.io/client/crds/v2",
+	"pkg/k8s/apis/cilium.io/client/crds/v2alpha1",
+}
+
 // ModuleDir is the directory of a module of the build list in the module cache.
 func ModuleDir(module string) (string, error) {
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", module).Output()
@@ -53,7 +60,7 @@ func ModuleDir(module string) (string, error) {
 	return dir, nil
 }
 
-// Start starts kube-apiserver and etcd from KUBEBUILDER_ASSETS with Gardener's CRDs installed.
+// Start starts kube-apiserver and etcd from KUBEBUILDER_ASSETS with Gardener's and Cilium's CRDs installed.
 func Start() (*Env, error) {
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {
@@ -63,9 +70,16 @@ func Start() (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
+	ciliumDir, err := ModuleDir("github.com/cilium/cilium")
+	if err != nil {
+		return nil, err
+	}
 	var crds []string
 	for _, f := range GardenerCRDs {
 		crds = append(crds, filepath.Join(gardener, "example", "seed-crds", f))
+	}
+	for _, d := range CiliumCRDDirs {
+		crds = append(crds, filepath.Join(ciliumDir, d))
 	}
 
 	dir, err := os.MkdirTemp("", "cilium-selfhosted-envtest-")

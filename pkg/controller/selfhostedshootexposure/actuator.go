@@ -9,6 +9,7 @@ import (
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -84,6 +85,9 @@ func (a *actuator) Reconcile(ctx context.Context, log logr.Logger, exp *extensio
 		return nil, err
 	}
 
+	if err := a.replaceServiceOfOtherClass(ctx, log, objs.Service); err != nil {
+		return nil, err
+	}
 	log.Info("Applying exposure objects", "config", config.Describe(cfg), "objects", len(objs.All()))
 	for _, obj := range objs.All() {
 		if err := apply(ctx, a.client, obj); err != nil {
@@ -94,6 +98,20 @@ func (a *actuator) Reconcile(ctx context.Context, log logr.Logger, exp *extensio
 		return nil, err
 	}
 	return a.waitForIngress(ctx, objs.Service, objs.Pool.Name)
+}
+
+// replaceServiceOfOtherClass deletes the Service when the announcement changed: loadBalancerClass is immutable, so
+// switching between L2 and BGP needs a new Service (and LB-IPAM assigns the VIP anew; pin it to keep it).
+func (a *actuator) replaceServiceOfOtherClass(ctx context.Context, log logr.Logger, desired *corev1.Service) error {
+	current := &corev1.Service{}
+	if err := a.reader.Get(ctx, client.ObjectKeyFromObject(desired), current); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if equality.Semantic.DeepEqual(current.Spec.LoadBalancerClass, desired.Spec.LoadBalancerClass) {
+		return nil
+	}
+	log.Info("Replacing the Service: the announcement changed its loadBalancerClass", "from", current.Spec.LoadBalancerClass, "to", *desired.Spec.LoadBalancerClass)
+	return a.deleteService(ctx, desired.Namespace, desired.Name, true)
 }
 
 // waitForIngress returns the Service's ingress once LB-IPAM has assigned it, and fails early with Cilium's own
@@ -172,7 +190,16 @@ func (a *actuator) ForceDelete(ctx context.Context, log logr.Logger, exp *extens
 }
 
 func (a *actuator) delete(ctx context.Context, log logr.Logger, exp *extensionsv1alpha1.SelfHostedShootExposure, wait bool) error {
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: exp.Namespace, Name: resources.ServiceName(exp.Name)}}
+	if err := a.deleteService(ctx, exp.Namespace, resources.ServiceName(exp.Name), wait); err != nil {
+		return err
+	}
+	log.Info("Service deleted, deleting the other exposure objects")
+	return a.deleteOwned(ctx, exp, nil)
+}
+
+// deleteService deletes the exposure's Service and, with wait, waits until it is gone.
+func (a *actuator) deleteService(ctx context.Context, namespace, name string, wait bool) error {
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
 	if err := a.client.Delete(ctx, svc); client.IgnoreNotFound(err) != nil {
 		return err
 	}
@@ -188,8 +215,7 @@ func (a *actuator) delete(ctx context.Context, log logr.Logger, exp *extensionsv
 			return &reconcilerutils.RequeueAfterError{RequeueAfter: time.Second, Cause: fmt.Errorf("waiting until Service %s/%s is gone and its VIP released", svc.Namespace, svc.Name)}
 		}
 	}
-	log.Info("Service deleted, deleting the other exposure objects")
-	return a.deleteOwned(ctx, exp, nil)
+	return nil
 }
 
 // deleteOwned deletes the objects of the exposure's labels that are not among keep.

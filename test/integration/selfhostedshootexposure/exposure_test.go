@@ -1,0 +1,263 @@
+package selfhostedshootexposure_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
+	ciliumv2alpha1 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2alpha1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
+	v1beta1constants "github.com/gardener/gardener/pkg/apis/core/v1beta1/constants"
+	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
+)
+
+func labelsOf(exp *extensionsv1alpha1.SelfHostedShootExposure) client.MatchingLabels {
+	return client.MatchingLabels(resources.Labels(exp.Name, exp.Namespace))
+}
+
+// owned counts the exposure's objects by kind.
+func owned(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure) map[string]int {
+	t.Helper()
+	ctx := context.Background()
+	counts := map[string]int{}
+	for kind, list := range map[string]client.ObjectList{
+		"Service":                    &corev1.ServiceList{},
+		"EndpointSlice":              &discoveryv1.EndpointSliceList{},
+		"CiliumLoadBalancerIPPool":   &ciliumv2.CiliumLoadBalancerIPPoolList{},
+		"CiliumL2AnnouncementPolicy": &ciliumv2alpha1.CiliumL2AnnouncementPolicyList{},
+		"CiliumBGPAdvertisement":     &ciliumv2.CiliumBGPAdvertisementList{},
+		"CiliumBGPClusterConfig":     &ciliumv2.CiliumBGPClusterConfigList{},
+		"CiliumBGPPeerConfig":        &ciliumv2.CiliumBGPPeerConfigList{},
+	} {
+		if err := env.Client.List(ctx, list, labelsOf(exp)); err != nil {
+			t.Fatal(err)
+		}
+		if n := itemCount(list); n > 0 {
+			counts[kind] = n
+		}
+	}
+	return counts
+}
+
+func itemCount(list client.ObjectList) int {
+	items, _ := runtime.DefaultUnstructuredConverter.ToUnstructured(list)
+	if arr, ok := items["items"].([]any); ok {
+		return len(arr)
+	}
+	return 0
+}
+
+// reconcile asks for a reconciliation the way Gardener does and waits until it has happened.
+func reconcile(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure, mutate func(*extensionsv1alpha1.SelfHostedShootExposure)) {
+	t.Helper()
+	ctx := context.Background()
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(exp), exp); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(exp.DeepCopy())
+	mutate(exp)
+	if exp.Annotations == nil {
+		exp.Annotations = map[string]string{}
+	}
+	exp.Annotations[v1beta1constants.GardenerOperation] = v1beta1constants.GardenerOperationReconcile
+	if err := env.Client.Patch(ctx, exp, patch); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitForState waits until the exposure's last operation has the state and the annotation is gone.
+func waitForState(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure, state gardencorev1beta1.LastOperationState) {
+	t.Helper()
+	if err := testenv.WaitFor(context.Background(), 45*time.Second, func(ctx context.Context) (bool, error) {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(exp), exp); err != nil {
+			return false, err
+		}
+		op := exp.Status.LastOperation
+		if op == nil || exp.Annotations[v1beta1constants.GardenerOperation] != "" || exp.Status.ObservedGeneration != exp.Generation {
+			return false, nil
+		}
+		return op.State == state, fmt.Errorf("last operation %s: %s", op.State, op.Description)
+	}); err != nil {
+		t.Fatalf("exposure %s never reached %s: %v (lastError %v)", exp.Name, state, err, exp.Status.LastError)
+	}
+}
+
+func createCiliumConfig(t *testing.T) {
+	t.Helper()
+	rendered, err := ciliumchart.Render(ciliumVersion, ciliumchart.Values(ciliumVersion))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := rendered.Config.DeepCopy()
+	if err := env.Client.Create(context.Background(), cm); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+// TestCiliumConfigGetsTheExposureFeatures: the webhook switches on in cilium-config what the shoot's exposure needs.
+func TestCiliumConfigGetsTheExposureFeatures(t *testing.T) {
+	createCiliumConfig(t)
+	cm := &corev1.ConfigMap{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: cilium.Namespace, Name: cilium.ConfigMapName}, cm); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{
+		"enable-lb-ipam": "true", "enable-l2-announcements": "true", "l2-announcements-lease-duration": "5s",
+		"l2-announcements-renew-deadline": "3s", "l2-announcements-retry-period": "1s",
+	} {
+		if cm.Data[k] != v {
+			t.Errorf("cilium-config %s = %q, want %q", k, cm.Data[k], v)
+		}
+	}
+}
+
+// TestExposureLifecycle: create, VIP in status, endpoints change, L2 -> BGP, delete.
+func TestExposureLifecycle(t *testing.T) {
+	ctx := context.Background()
+	createCiliumConfig(t)
+
+	exp := fixtures.Exposure("bare-metal", fixtures.Nodes())
+	start := time.Now()
+	if err := env.Client.Create(ctx, exp); err != nil {
+		t.Fatal(err)
+	}
+	waitForState(t, exp, gardencorev1beta1.LastOperationStateSucceeded)
+	t.Logf("exposure Succeeded %s after creation", time.Since(start).Round(time.Millisecond))
+	if len(exp.Status.Ingress) != 1 || exp.Status.Ingress[0].IP != fixtures.ExposureVIP {
+		t.Fatalf("status.ingress %+v, want %s", exp.Status.Ingress, fixtures.ExposureVIP)
+	}
+	if !slices.Contains(exp.Finalizers, "extensions.gardener.cloud/selfhostedshootexposure") {
+		t.Errorf("finalizers %v", exp.Finalizers)
+	}
+	if got, want := owned(t, exp), map[string]int{"Service": 1, "EndpointSlice": 1, "CiliumLoadBalancerIPPool": 1, "CiliumL2AnnouncementPolicy": 1}; !equalCounts(got, want) {
+		t.Errorf("objects %v, want %v", got, want)
+	}
+	svc := &corev1.Service{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: resources.ServiceName(exp.Name)}, svc); err != nil {
+		t.Fatal(err)
+	}
+	if *svc.Spec.LoadBalancerClass != "io.cilium/l2-announcer" || svc.Spec.Selector != nil {
+		t.Errorf("service %+v", svc.Spec)
+	}
+
+	// Endpoints follow spec.endpoints.
+	reconcile(t, exp, func(e *extensionsv1alpha1.SelfHostedShootExposure) { e.Spec.Endpoints = e.Spec.Endpoints[:2] })
+	waitForState(t, exp, gardencorev1beta1.LastOperationStateSucceeded)
+	sliceList := &discoveryv1.EndpointSliceList{}
+	if err := env.Client.List(ctx, sliceList, labelsOf(exp)); err != nil {
+		t.Fatal(err)
+	}
+	var addrs []string
+	for _, s := range sliceList.Items {
+		for _, e := range s.Endpoints {
+			addrs = append(addrs, *e.NodeName+"="+strings.Join(e.Addresses, ","))
+		}
+	}
+	if want := []string{"cp-0=10.0.1.10", "cp-1=10.0.1.11"}; !slices.Equal(addrs, want) {
+		t.Errorf("endpoints %v, want %v", addrs, want)
+	}
+
+	// L2 -> BGP: the L2 policy goes, the BGP objects come, the Service is replaced for its new class.
+	reconcile(t, exp, func(e *extensionsv1alpha1.SelfHostedShootExposure) {
+		e.Spec.ProviderConfig = &runtime.RawExtension{Raw: []byte(fixtures.ExposureConfigBGP)}
+	})
+	// The cilium-config of this suite has the L2 announcer on but not BGP: the exposure must say so.
+	waitForState(t, exp, gardencorev1beta1.LastOperationStateError)
+	if exp.Status.LastError == nil || !strings.Contains(exp.Status.LastError.Description, "enable-bgp-control-plane") {
+		t.Fatalf("lastError %+v, want one naming enable-bgp-control-plane", exp.Status.LastError)
+	}
+	if got := owned(t, exp); got["CiliumBGPClusterConfig"] != 0 || got["CiliumL2AnnouncementPolicy"] != 1 {
+		t.Errorf("a configuration Cilium cannot serve changed objects: %v", got)
+	}
+	enableBGP(t)
+	reconcile(t, exp, func(*extensionsv1alpha1.SelfHostedShootExposure) {})
+	waitForState(t, exp, gardencorev1beta1.LastOperationStateSucceeded)
+	if got, want := owned(t, exp), map[string]int{"Service": 1, "EndpointSlice": 1, "CiliumLoadBalancerIPPool": 1,
+		"CiliumBGPAdvertisement": 1, "CiliumBGPClusterConfig": 1, "CiliumBGPPeerConfig": 2}; !equalCounts(got, want) {
+		t.Errorf("objects %v, want %v", got, want)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(svc), svc); err != nil {
+		t.Fatal(err)
+	}
+	if *svc.Spec.LoadBalancerClass != "io.cilium/bgp-control-plane" {
+		t.Errorf("loadBalancerClass %s", *svc.Spec.LoadBalancerClass)
+	}
+	if len(exp.Status.Ingress) != 1 || exp.Status.Ingress[0].IP != fixtures.ExposureVIP {
+		t.Errorf("status.ingress %+v", exp.Status.Ingress)
+	}
+
+	// Delete: everything goes and the finalizer is released.
+	if err := env.Client.Delete(ctx, exp); err != nil {
+		t.Fatal(err)
+	}
+	if err := testenv.WaitFor(ctx, 45*time.Second, func(ctx context.Context) (bool, error) {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(exp), exp)
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	}); err != nil {
+		t.Fatalf("the exposure was not released: %v", err)
+	}
+	if got := owned(t, exp); len(got) != 0 {
+		t.Errorf("left behind: %v", got)
+	}
+}
+
+func enableBGP(t *testing.T) {
+	t.Helper()
+	cm := &corev1.ConfigMap{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: cilium.Namespace, Name: cilium.ConfigMapName}, cm); err != nil {
+		t.Fatal(err)
+	}
+	cm.Data["enable-bgp-control-plane"] = "true"
+	if err := env.Client.Update(context.Background(), cm); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBadProviderConfig: a bad configuration is reported in lastError, naming the field, and creates nothing.
+func TestBadProviderConfig(t *testing.T) {
+	ctx := context.Background()
+	createCiliumConfig(t)
+	exp := fixtures.Exposure("bad-config", fixtures.Nodes())
+	exp.Spec.ProviderConfig = &runtime.RawExtension{Raw: []byte(strings.Replace(fixtures.ExposureConfigL2, `"loadBalancerIPs":["192.0.2.10"]`, `"loadBalancerIPs":["198.51.100.1"]`, 1))}
+	if err := env.Client.Create(ctx, exp); err != nil {
+		t.Fatal(err)
+	}
+	waitForState(t, exp, gardencorev1beta1.LastOperationStateError)
+	if exp.Status.LastError == nil || !strings.Contains(exp.Status.LastError.Description, "spec.providerConfig.loadBalancerIPs[0]") {
+		t.Errorf("lastError %+v, want one naming spec.providerConfig.loadBalancerIPs[0]", exp.Status.LastError)
+	}
+	if got := owned(t, exp); len(got) != 0 {
+		t.Errorf("a bad configuration created %v", got)
+	}
+	if err := env.Client.Delete(ctx, exp); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func equalCounts(a, b map[string]int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}

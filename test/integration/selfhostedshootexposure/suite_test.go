@@ -1,0 +1,25 @@
+// Package selfhostedshootexposure_test runs the extension against a real kube-apiserver with Gardener's and Cilium's
+// CRDs and checks the whole life of a cilium SelfHostedShootExposure, with a helper that plays Cilium's LB-IPAM.
+package selfhostedshootexposure_test
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) {
+	shoot := fixtures.WithExposureConfig(fixtures.Shoot(true), fixtures.ExposureConfigL2)
+	os.Exit(testenv.RunSuite(m, shoot, func(e *testenv.Env) {
+		env = e
+		go env.FakeLBIPAM(context.Background())
+	}))
+}
+
+// ciliumVersion is the chart whose cilium-config the suite installs.
+const ciliumVersion = "1.19.7"

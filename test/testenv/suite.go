@@ -1,0 +1,66 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+
+	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/webhook/apiserveraccess"
+)
+
+// RunSuite is the TestMain of a suite against the running extension: it starts the control plane, creates the
+// self-hosted shoot described by shoot, builds the extension binary and starts it with its production flags, waits
+// until it has registered its webhooks, hands the environment to use, runs the tests and stops everything. It returns
+// the exit code for os.Exit.
+//
+// The extension runs as a process, not in the test binary: Gardener's webhook framework (v1.150) races with itself on
+// the webhook configuration object between its one-shot registration and its certificate controller, which would fail
+// every run under -race.
+func RunSuite(m *testing.M, shoot *gardencorev1beta1.Shoot, use func(*Env)) int {
+	code, err := runSuite(m, shoot, use)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return code
+}
+
+func runSuite(m *testing.M, shoot *gardencorev1beta1.Shoot, use func(*Env)) (int, error) {
+	env, err := Start()
+	if err != nil {
+		return 1, err
+	}
+	defer env.Stop()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := env.CreateSelfHostedShoot(ctx, shoot); err != nil {
+		return 1, err
+	}
+	binary, err := BuildExtension(env.Dir)
+	if err != nil {
+		return 1, err
+	}
+	port, err := FreePort()
+	if err != nil {
+		return 1, err
+	}
+	extension, err := env.StartExtension(binary, env.ExtensionFlags(ExtensionNamespace, port))
+	if err != nil {
+		return 1, err
+	}
+	defer extension.Stop(ctx)
+
+	if err := env.WaitForExtension(ctx, len(apiserveraccess.WebhookNames), extension.Stopped()); err != nil {
+		return 1, fmt.Errorf("%w\n--- extension log ---\n%s", err, extension.Log())
+	}
+	use(env)
+	code := m.Run()
+	if code != 0 {
+		fmt.Fprintf(os.Stderr, "--- extension log ---\n%s", extension.Log())
+	}
+	return code, nil
+}
