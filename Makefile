@@ -33,6 +33,11 @@ lint:
 	  if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 
+# Deepcopy, conversion and defaulting code of pkg/apis.
+.PHONY: generate
+generate:
+	hack/update-codegen.sh
+
 .PHONY: demo
 demo: envtest-assets build
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) run ./hack/demo --extension=bin/$(BINARY) $(if $(KEEP),--keep)
