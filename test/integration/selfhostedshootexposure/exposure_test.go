@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -260,4 +261,61 @@ func equalCounts(a, b map[string]int) bool {
 		}
 	}
 	return true
+}
+
+// TestDeletionTouchesOnlyItsOwnObjects: deleting one exposure leaves another exposure's objects and the user's own
+// Cilium objects alone.
+func TestDeletionTouchesOnlyItsOwnObjects(t *testing.T) {
+	ctx := context.Background()
+	createCiliumConfig(t)
+
+	userPool := &ciliumv2.CiliumLoadBalancerIPPool{ObjectMeta: metav1.ObjectMeta{Name: "user-pool", Labels: map[string]string{"app.kubernetes.io/managed-by": "someone-else"}},
+		Spec: ciliumv2.CiliumLoadBalancerIPPoolSpec{Blocks: []ciliumv2.CiliumLoadBalancerIPPoolIPBlock{{Cidr: "198.51.100.0/28"}}}}
+	userPolicy := &ciliumv2alpha1.CiliumL2AnnouncementPolicy{ObjectMeta: metav1.ObjectMeta{Name: "user-policy"},
+		Spec: ciliumv2alpha1.CiliumL2AnnouncementPolicySpec{LoadBalancerIPs: true}}
+	for _, obj := range []client.Object{userPool, userPolicy} {
+		if err := env.Client.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	alpha := fixtures.Exposure("alpha", fixtures.Nodes())
+	alpha.Spec.ProviderConfig = &runtime.RawExtension{Raw: []byte(fixtures.ExposureConfigL2)}
+	beta := fixtures.Exposure("beta", fixtures.Nodes())
+	beta.Spec.ProviderConfig = &runtime.RawExtension{Raw: []byte(strings.NewReplacer(
+		"192.0.2.0/28", "192.0.2.16/28", fixtures.ExposureVIP, "192.0.2.20").Replace(fixtures.ExposureConfigL2))}
+	for _, exp := range []*extensionsv1alpha1.SelfHostedShootExposure{alpha, beta} {
+		if err := env.Client.Create(ctx, exp); err != nil {
+			t.Fatal(err)
+		}
+		waitForState(t, exp, gardencorev1beta1.LastOperationStateSucceeded)
+	}
+	betaBefore := owned(t, beta)
+
+	if err := env.Client.Delete(ctx, alpha); err != nil {
+		t.Fatal(err)
+	}
+	if err := testenv.WaitFor(ctx, 45*time.Second, func(ctx context.Context) (bool, error) {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(alpha), alpha)
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	}); err != nil {
+		t.Fatalf("alpha was not released: %v", err)
+	}
+	if got := owned(t, alpha); len(got) != 0 {
+		t.Errorf("alpha left behind %v", got)
+	}
+	if got := owned(t, beta); !equalCounts(got, betaBefore) {
+		t.Errorf("deleting alpha changed beta's objects: %v, before %v", got, betaBefore)
+	}
+	for _, obj := range []client.Object{userPool, userPolicy} {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			t.Errorf("the user's %s: %v", obj.GetName(), err)
+		}
+	}
+
+	for _, obj := range []client.Object{beta, userPool, userPolicy} {
+		if err := env.Client.Delete(ctx, obj); err != nil {
+			t.Error(err)
+		}
+	}
 }
