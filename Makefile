@@ -9,6 +9,7 @@ GO              ?= go
 CACHE_DIR       ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/gardener-extension-cilium-selfhosted
 export CACHE_DIR
 ENVTEST_ASSETS   = $(shell hack/envtest/build.sh)
+CILIUM_OPERATOR  = $(shell hack/cilium-operator/build.sh)
 TEST_FLAGS      ?= -race -timeout=20m
 
 .PHONY: all
@@ -23,9 +24,14 @@ build:
 envtest-assets:
 	@hack/envtest/build.sh
 
+# Cilium's real operator (LB-IPAM, BGP control plane), built from the cilium module pinned in hack/cilium-operator.
+.PHONY: cilium-operator
+cilium-operator:
+	@hack/cilium-operator/build.sh
+
 .PHONY: test
-test: envtest-assets
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test $(TEST_FLAGS) ./...
+test: envtest-assets cilium-operator
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CILIUM_OPERATOR="$(CILIUM_OPERATOR)" $(GO) test $(TEST_FLAGS) ./...
 
 .PHONY: lint
 lint:

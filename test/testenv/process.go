@@ -10,11 +10,35 @@ import (
 	"time"
 )
 
-// Extension is the extension binary running as a process, as it runs in production.
-type Extension struct {
+// Process is a program of the test running as a process with its output in a log file: the extension as it runs in
+// production, or Cilium's operator.
+type Process struct {
 	cmd     *exec.Cmd
 	logPath string
 	stopped chan error
+}
+
+// StartProcess starts binary with args, writing its output to logPath.
+func StartProcess(logPath, binary string, args ...string) (*Process, error) {
+	p := &Process{logPath: logPath, stopped: make(chan error, 1)}
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
+		return nil, err
+	}
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	p.cmd = exec.Command(binary, args...)
+	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+	if err := p.cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("starting %s: %w", filepath.Base(binary), err)
+	}
+	go func() {
+		p.stopped <- p.cmd.Wait()
+		logFile.Close()
+	}()
+	return p, nil
 }
 
 // BuildExtension builds the extension binary into dir and returns its path. The Go build cache makes this quick
@@ -33,48 +57,33 @@ func BuildExtension(dir string) (string, error) {
 	return bin, nil
 }
 
-// StartExtension starts binary with args; its output goes to a log file in the scratch directory.
-func (e *Env) StartExtension(binary string, args []string) (*Extension, error) {
-	x := &Extension{logPath: filepath.Join(e.Dir, "extension.log"), stopped: make(chan error, 1)}
-	logFile, err := os.Create(x.logPath)
-	if err != nil {
-		return nil, err
-	}
-	x.cmd = exec.Command(binary, args...)
-	x.cmd.Stdout, x.cmd.Stderr = logFile, logFile
-	if err := x.cmd.Start(); err != nil {
-		logFile.Close()
-		return nil, fmt.Errorf("starting the extension: %w", err)
-	}
-	go func() {
-		x.stopped <- x.cmd.Wait()
-		logFile.Close()
-	}()
-	return x, nil
+// StartExtension starts the extension binary with args; its output goes to a log file in the scratch directory.
+func (e *Env) StartExtension(binary string, args []string) (*Process, error) {
+	return StartProcess(filepath.Join(e.Dir, "extension.log"), binary, args...)
 }
 
 // Stopped reports the end of the process.
-func (x *Extension) Stopped() <-chan error { return x.stopped }
+func (p *Process) Stopped() <-chan error { return p.stopped }
 
 // LogPath is where the process writes its log.
-func (x *Extension) LogPath() string { return x.logPath }
+func (p *Process) LogPath() string { return p.logPath }
 
 // Log is what the process has logged so far.
-func (x *Extension) Log() string {
-	b, _ := os.ReadFile(x.logPath)
+func (p *Process) Log() string {
+	b, _ := os.ReadFile(p.logPath)
 	return string(b)
 }
 
 // Stop ends the process the way the kubelet does: SIGTERM, then SIGKILL after a grace period.
-func (x *Extension) Stop(ctx context.Context) {
-	_ = x.cmd.Process.Signal(syscall.SIGTERM)
+func (p *Process) Stop(ctx context.Context) {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-x.stopped:
+	case <-p.stopped:
 	case <-time.After(30 * time.Second):
-		_ = x.cmd.Process.Kill()
-		<-x.stopped
+		_ = p.cmd.Process.Kill()
+		<-p.stopped
 	case <-ctx.Done():
-		_ = x.cmd.Process.Kill()
-		<-x.stopped
+		_ = p.cmd.Process.Kill()
+		<-p.stopped
 	}
 }

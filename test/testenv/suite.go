@@ -13,14 +13,14 @@ import (
 
 // RunSuite is the TestMain of a suite against the running extension: it starts the control plane, creates the
 // self-hosted shoot described by shoot, builds the extension binary and starts it with its production flags, waits
-// until it has registered its webhooks, hands the environment to use, runs the tests and stops everything. It returns
-// the exit code for os.Exit.
+// until it has registered its webhooks, hands the environment to setup (which may start more and return how to stop
+// it), runs the tests and stops everything. It returns the exit code for os.Exit.
 //
 // The extension runs as a process, not in the test binary: Gardener's webhook framework (v1.150) races with itself on
 // the webhook configuration object between its one-shot registration and its certificate controller, which would fail
 // every run under -race.
-func RunSuite(m *testing.M, shoot *gardencorev1beta1.Shoot, use func(*Env)) int {
-	code, err := runSuite(m, shoot, use)
+func RunSuite(m *testing.M, shoot *gardencorev1beta1.Shoot, setup Setup) int {
+	code, err := runSuite(m, shoot, setup)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -28,7 +28,18 @@ func RunSuite(m *testing.M, shoot *gardencorev1beta1.Shoot, use func(*Env)) int 
 	return code
 }
 
-func runSuite(m *testing.M, shoot *gardencorev1beta1.Shoot, use func(*Env)) (int, error) {
+// Setup prepares a suite on the running environment and returns how to clean up after it.
+type Setup func(ctx context.Context, env *Env) (cleanup func(), err error)
+
+// Use is a Setup that only keeps the environment.
+func Use(env **Env) Setup {
+	return func(_ context.Context, e *Env) (func(), error) {
+		*env = e
+		return func() {}, nil
+	}
+}
+
+func runSuite(m *testing.M, shoot *gardencorev1beta1.Shoot, setup Setup) (int, error) {
 	env, err := Start()
 	if err != nil {
 		return 1, err
@@ -57,7 +68,11 @@ func runSuite(m *testing.M, shoot *gardencorev1beta1.Shoot, use func(*Env)) (int
 	if err := env.WaitForExtension(ctx, len(apiserveraccess.WebhookNames), extension.Stopped()); err != nil {
 		return 1, fmt.Errorf("%w\n--- extension log ---\n%s", err, extension.Log())
 	}
-	use(env)
+	cleanup, err := setup(ctx, env)
+	if err != nil {
+		return 1, err
+	}
+	defer cleanup()
 	code := m.Run()
 	if code != 0 {
 		fmt.Fprintf(os.Stderr, "--- extension log ---\n%s", extension.Log())

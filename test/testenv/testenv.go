@@ -93,6 +93,8 @@ func Start() (*Env, error) {
 		ControlPlaneStopTimeout:  time.Minute,
 		Scheme:                   scheme.New(),
 	}
+	// Dual-stack Service CIDRs, so that a dual-stack shoot's exposure Service is accepted (RequireDualStack).
+	env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", "10.96.0.0/16,fd00:10:96::/108")
 	cfg, err := env.Start()
 	if err != nil {
 		_ = os.RemoveAll(dir)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
@@ -22,6 +23,7 @@ import (
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 	reconcilerutils "github.com/gardener/gardener/pkg/controllerutils/reconciler"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure/validation"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/ciliumconfig"
@@ -97,7 +99,8 @@ func (a *actuator) Reconcile(ctx context.Context, log logr.Logger, exp *extensio
 	if err := a.deleteOwned(ctx, exp, objs.All()); err != nil {
 		return nil, err
 	}
-	return a.waitForIngress(ctx, objs.Service, objs.Pool.Name)
+	pool, _ := validation.ParsePool(cfg.Pool, nil) // validated by config.Load
+	return a.waitForIngress(ctx, objs.Service, objs.Pool.Name, pool)
 }
 
 // replaceServiceOfOtherClass deletes the Service when the announcement changed: loadBalancerClass is immutable, so
@@ -114,9 +117,10 @@ func (a *actuator) replaceServiceOfOtherClass(ctx context.Context, log logr.Logg
 	return a.deleteService(ctx, desired.Namespace, desired.Name, true)
 }
 
-// waitForIngress returns the Service's ingress once LB-IPAM has assigned it, and fails early with Cilium's own
-// explanation when it cannot (a conflicting pool, a pinned IP that is taken).
-func (a *actuator) waitForIngress(ctx context.Context, desired *corev1.Service, poolName string) ([]corev1.LoadBalancerIngress, error) {
+// waitForIngress returns the Service's ingress once LB-IPAM has assigned it from the exposure's pool, and fails early
+// with Cilium's own explanation when it cannot: LB-IPAM disables the younger of two overlapping pools, and a pool of
+// someone else's that selects every Service then hands out a VIP that the exposure's configuration never named.
+func (a *actuator) waitForIngress(ctx context.Context, desired *corev1.Service, poolName string, configured validation.Pool) ([]corev1.LoadBalancerIngress, error) {
 	var (
 		svc  = &corev1.Service{}
 		pool = &ciliumv2.CiliumLoadBalancerIPPool{}
@@ -125,16 +129,18 @@ func (a *actuator) waitForIngress(ctx context.Context, desired *corev1.Service, 
 		if err := a.client.Get(ctx, client.ObjectKeyFromObject(desired), svc); client.IgnoreNotFound(err) != nil {
 			return false, err
 		}
-		if len(svc.Status.LoadBalancer.Ingress) > 0 {
-			return true, nil
-		}
 		if err := a.client.Get(ctx, client.ObjectKey{Name: poolName}, pool); client.IgnoreNotFound(err) != nil {
 			return false, err
 		}
 		if c := meta.FindStatusCondition(pool.Status.Conditions, conditionPoolConflict); c != nil && c.Status == metav1.ConditionTrue {
 			return false, fmt.Errorf("Cilium rejects CiliumLoadBalancerIPPool %s: it conflicts with another pool: %s", poolName, c.Message)
 		}
-		return false, nil
+		for _, in := range svc.Status.LoadBalancer.Ingress {
+			if ip, err := netip.ParseAddr(in.IP); err != nil || !configured.Contains(ip) {
+				return false, fmt.Errorf("Cilium assigned %s to Service %s/%s, which is not in the exposure's pool: another CiliumLoadBalancerIPPool selects the Service", in.IP, svc.Namespace, svc.Name)
+			}
+		}
+		return len(svc.Status.LoadBalancer.Ingress) > 0, nil
 	})
 	if err != nil {
 		return nil, err

@@ -35,33 +35,11 @@ func labelsOf(exp *extensionsv1alpha1.SelfHostedShootExposure) client.MatchingLa
 // owned counts the exposure's objects by kind.
 func owned(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure) map[string]int {
 	t.Helper()
-	ctx := context.Background()
-	counts := map[string]int{}
-	for kind, list := range map[string]client.ObjectList{
-		"Service":                    &corev1.ServiceList{},
-		"EndpointSlice":              &discoveryv1.EndpointSliceList{},
-		"CiliumLoadBalancerIPPool":   &ciliumv2.CiliumLoadBalancerIPPoolList{},
-		"CiliumL2AnnouncementPolicy": &ciliumv2alpha1.CiliumL2AnnouncementPolicyList{},
-		"CiliumBGPAdvertisement":     &ciliumv2.CiliumBGPAdvertisementList{},
-		"CiliumBGPClusterConfig":     &ciliumv2.CiliumBGPClusterConfigList{},
-		"CiliumBGPPeerConfig":        &ciliumv2.CiliumBGPPeerConfigList{},
-	} {
-		if err := env.Client.List(ctx, list, labelsOf(exp)); err != nil {
-			t.Fatal(err)
-		}
-		if n := itemCount(list); n > 0 {
-			counts[kind] = n
-		}
+	counts, err := env.Owned(context.Background(), exp.Namespace, exp.Name)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return counts
-}
-
-func itemCount(list client.ObjectList) int {
-	items, _ := runtime.DefaultUnstructuredConverter.ToUnstructured(list)
-	if arr, ok := items["items"].([]any); ok {
-		return len(arr)
-	}
-	return 0
 }
 
 // reconcile asks for a reconciliation the way Gardener does and waits until it has happened.

@@ -15,9 +15,11 @@ var env *testenv.Env
 
 func TestMain(m *testing.M) {
 	shoot := fixtures.WithExposureConfig(fixtures.Shoot(true), fixtures.ExposureConfigL2)
-	os.Exit(testenv.RunSuite(m, shoot, func(e *testenv.Env) {
+	os.Exit(testenv.RunSuite(m, shoot, func(ctx context.Context, e *testenv.Env) (func(), error) {
 		env = e
-		go env.FakeLBIPAM(context.Background())
+		ctx, cancel := context.WithCancel(ctx)
+		go env.FakeLBIPAM(ctx)
+		return cancel, nil
 	}))
 }
 

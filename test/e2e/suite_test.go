@@ -1,0 +1,57 @@
+// Package e2e runs the extension binary with its production flags next to Cilium's real operator (LB-IPAM, BGP
+// control plane) against the envtest control plane, with Gardener's and Cilium's CRDs and a self-hosted shoot of 3
+// control-plane and 2 worker nodes.
+package e2e
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumoperator"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
+)
+
+var (
+	env      *testenv.Env
+	operator *ciliumoperator.Operator
+)
+
+// ciliumVersion is the chart whose cilium-config the suite installs: the release Gardener's networking-cilium ships,
+// and the one the operator is built from.
+const ciliumVersion = "1.19.7"
+
+func TestMain(m *testing.M) {
+	shoot := fixtures.WithExposureConfig(fixtures.Shoot(true), fixtures.ExposureConfigL2)
+	os.Exit(testenv.RunSuite(m, shoot, setup))
+}
+
+// setup installs Cilium's configuration (with the BGP control plane on, as an operator of BGP would have it) and a
+// CiliumNode per Node, as the agents would create them, and starts the operator.
+func setup(ctx context.Context, e *testenv.Env) (func(), error) {
+	env = e
+	rendered, err := ciliumchart.Render(ciliumVersion, ciliumchart.Values(ciliumVersion))
+	if err != nil {
+		return nil, err
+	}
+	config := rendered.Config.DeepCopy()
+	config.Data["enable-bgp-control-plane"] = "true"
+	if err := env.Client.Create(ctx, config); err != nil {
+		return nil, err
+	}
+	for _, node := range fixtures.Nodes() {
+		ciliumNode := &ciliumv2.CiliumNode{ObjectMeta: metav1.ObjectMeta{Name: node.Name, Labels: node.Labels}}
+		if err := env.Client.Create(ctx, ciliumNode); err != nil {
+			return nil, err
+		}
+	}
+	if operator, err = ciliumoperator.Start(ctx, env, nil); err != nil {
+		return nil, err
+	}
+	return func() { operator.Stop(context.Background()) }, nil
+}
