@@ -39,10 +39,11 @@ lint:
 	  if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 
-# Deepcopy, conversion and defaulting code of pkg/apis.
+# Deepcopy, conversion and defaulting code of pkg/apis, and example/controller-registration.yaml from the chart.
 .PHONY: generate
 generate:
 	hack/update-codegen.sh
+	$(GO) run ./hack/generate-controller-registration
 
 .PHONY: demo
 demo: envtest-assets build

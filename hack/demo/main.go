@@ -62,7 +62,11 @@ func run(extension, version string, keep bool) error {
 	if err != nil {
 		return err
 	}
-	args := env.ExtensionFlags(testenv.ExtensionNamespace, port)
+	kubeconfig, err := env.ApplyChartRBAC(ctx)
+	if err != nil {
+		return err
+	}
+	args := env.ExtensionFlags(kubeconfig, testenv.ExtensionNamespace, port)
 	step("Starting the extension: %s %s", extension, strings.Join(args, " "))
 	ext, err := env.StartExtension(extension, args)
 	if err != nil {
@@ -70,7 +74,7 @@ func run(extension, version string, keep bool) error {
 	}
 	defer ext.Stop(context.Background())
 
-	if err := env.WaitForExtension(ctx, len(apiserveraccess.WebhookNames), ext.Stopped()); err != nil {
+	if err := env.WaitForExtension(ctx, len(apiserveraccess.WebhookNames), ext); err != nil {
 		return fmt.Errorf("%w\n--- extension log ---\n%s", err, ext.Log())
 	}
 	step("The extension registered MutatingWebhookConfiguration %s and wrote ConfigMap kube-system/%s",

@@ -8,21 +8,14 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
-	"strings"
 
-	"helm.sh/helm/v4/pkg/chart/common"
-	commonutil "helm.sh/helm/v4/pkg/chart/common/util"
-	"helm.sh/helm/v4/pkg/chart/v2/loader"
-	"helm.sh/helm/v4/pkg/engine"
-	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/helm"
 )
 
 // Versions are the Cilium releases whose charts the tests render: the last patch of each supported minor.
@@ -83,55 +76,19 @@ func Render(version string, values map[string]any) (*Objects, error) {
 	if err != nil {
 		return nil, err
 	}
-	chart, err := loader.Load(filepath.Join(dir, "install", "kubernetes", "cilium"))
+	chart, err := helm.LoadDir(filepath.Join(dir, "install", "kubernetes", "cilium"))
 	if err != nil {
 		return nil, fmt.Errorf("loading the Cilium %s chart: %w", version, err)
 	}
-	caps := &common.Capabilities{
-		KubeVersion: common.KubeVersion{Version: "v1.36.3", Major: "1", Minor: "36"},
-		APIVersions: common.DefaultVersionSet,
-	}
-	renderValues, err := commonutil.ToRenderValues(chart, values, common.ReleaseOptions{
-		Name: "cilium", Namespace: cilium.Namespace, Revision: 1, IsInstall: true,
-	}, caps)
+	// Cilium's own kinds (CRD instances, if any) are not in the scheme and not what the webhook handles.
+	rendered, _, err := helm.Render(chart, "cilium", cilium.Namespace, values, scheme.New())
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("the Cilium %s chart: %w", version, err)
 	}
-	files, err := engine.Render(chart, renderValues)
-	if err != nil {
-		return nil, fmt.Errorf("rendering the Cilium %s chart: %w", version, err)
-	}
-	for name := range files {
-		if strings.HasSuffix(name, "NOTES.txt") || strings.HasPrefix(filepath.Base(name), "_") {
-			delete(files, name)
-		}
-	}
-	_, manifests, err := releaseutil.SortManifests(files, common.DefaultVersionSet, releaseutil.InstallOrder)
-	if err != nil {
-		return nil, err
-	}
-
 	objs := &Objects{Version: version}
-	decoder := serializer.NewCodecFactory(scheme.New()).UniversalDeserializer()
-	for _, m := range manifests {
-		for _, doc := range releaseutil.SplitManifests(m.Content) {
-			if strings.TrimSpace(doc) == "" {
-				continue
-			}
-			obj, _, err := decoder.Decode([]byte(doc), nil, nil)
-			if runtime.IsNotRegisteredError(err) {
-				continue // Cilium's own kinds and the like: not what the webhook handles
-			}
-			if err != nil {
-				return nil, fmt.Errorf("decoding %s: %w", m.Name, err)
-			}
-			cobj, ok := obj.(client.Object)
-			if !ok {
-				continue
-			}
-			cobj.SetNamespace(namespaceOf(cobj))
-			objs.add(cobj)
-		}
+	for _, obj := range rendered {
+		obj.SetNamespace(namespaceOf(obj))
+		objs.add(obj)
 	}
 	if objs.Agent == nil || objs.Operator == nil || objs.Config == nil {
 		return nil, fmt.Errorf("the Cilium %s chart rendered no agent DaemonSet, operator Deployment or cilium-config", version)

@@ -108,8 +108,8 @@ func (o *Operator) waitUntilLeading(ctx context.Context, c client.Client, apiPor
 	healthz := fmt.Sprintf("http://127.0.0.1:%d/healthz", apiPort)
 	return testenv.WaitFor(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
 		select {
-		case err := <-o.Stopped():
-			return false, fmt.Errorf("cilium-operator stopped: %v", err)
+		case <-o.Stopped():
+			return false, fmt.Errorf("cilium-operator stopped: %v", o.Err())
 		default:
 		}
 		resp, err := http.Get(healthz)

@@ -15,12 +15,14 @@ import (
 type Process struct {
 	cmd     *exec.Cmd
 	logPath string
-	stopped chan error
+	// done is closed when the process has ended, with its result in err: any number of waiters see it.
+	done chan struct{}
+	err  error
 }
 
 // StartProcess starts binary with args, writing its output to logPath.
 func StartProcess(logPath, binary string, args ...string) (*Process, error) {
-	p := &Process{logPath: logPath, stopped: make(chan error, 1)}
+	p := &Process{logPath: logPath, done: make(chan struct{})}
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
 		return nil, err
 	}
@@ -35,8 +37,9 @@ func StartProcess(logPath, binary string, args ...string) (*Process, error) {
 		return nil, fmt.Errorf("starting %s: %w", filepath.Base(binary), err)
 	}
 	go func() {
-		p.stopped <- p.cmd.Wait()
+		p.err = p.cmd.Wait()
 		logFile.Close()
+		close(p.done)
 	}()
 	return p, nil
 }
@@ -62,8 +65,11 @@ func (e *Env) StartExtension(binary string, args []string) (*Process, error) {
 	return StartProcess(filepath.Join(e.Dir, "extension.log"), binary, args...)
 }
 
-// Stopped reports the end of the process.
-func (p *Process) Stopped() <-chan error { return p.stopped }
+// Stopped is closed when the process has ended.
+func (p *Process) Stopped() <-chan struct{} { return p.done }
+
+// Err is how the process ended, once Stopped is closed.
+func (p *Process) Err() error { return p.err }
 
 // LogPath is where the process writes its log.
 func (p *Process) LogPath() string { return p.logPath }
@@ -78,12 +84,12 @@ func (p *Process) Log() string {
 func (p *Process) Stop(ctx context.Context) {
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-p.stopped:
+	case <-p.done:
 	case <-time.After(30 * time.Second):
 		_ = p.cmd.Process.Kill()
-		<-p.stopped
+		<-p.done
 	case <-ctx.Done():
 		_ = p.cmd.Process.Kill()
-		<-p.stopped
+		<-p.done
 	}
 }

@@ -62,12 +62,12 @@ func (e *Env) CreateNode(ctx context.Context, node *corev1.Node) error {
 }
 
 // WaitForExtension waits until the extension has registered its webhooks with a CA bundle and written the endpoints
-// ConfigMap. stopped reports the extension's end, so that a crash is not mistaken for slowness.
-func (e *Env) WaitForExtension(ctx context.Context, webhooks int, stopped <-chan error) error {
+// ConfigMap. A crash of extension is reported as such rather than waited out.
+func (e *Env) WaitForExtension(ctx context.Context, webhooks int, extension *Process) error {
 	return WaitFor(ctx, time.Minute, func(ctx context.Context) (bool, error) {
 		select {
-		case err := <-stopped:
-			return false, fmt.Errorf("the extension stopped: %v", err)
+		case <-extension.Stopped():
+			return false, fmt.Errorf("the extension stopped: %v", extension.Err())
 		default:
 		}
 		mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
@@ -15,6 +16,9 @@ import (
 // self-hosted shoot described by shoot, builds the extension binary and starts it with its production flags, waits
 // until it has registered its webhooks, hands the environment to setup (which may start more and return how to stop
 // it), runs the tests and stops everything. It returns the exit code for os.Exit.
+//
+// The extension runs as the chart's ServiceAccount (impersonated) with exactly the chart's RBAC, and a suite fails when
+// the extension's log shows a request the API server refused.
 //
 // The extension runs as a process, not in the test binary: Gardener's webhook framework (v1.150) races with itself on
 // the webhook configuration object between its one-shot registration and its certificate controller, which would fail
@@ -51,6 +55,10 @@ func runSuite(m *testing.M, shoot *gardencorev1beta1.Shoot, setup Setup) (int, e
 	if err := env.CreateSelfHostedShoot(ctx, shoot); err != nil {
 		return 1, err
 	}
+	kubeconfig, err := env.ApplyChartRBAC(ctx)
+	if err != nil {
+		return 1, err
+	}
 	binary, err := BuildExtension(env.Dir)
 	if err != nil {
 		return 1, err
@@ -59,13 +67,13 @@ func runSuite(m *testing.M, shoot *gardencorev1beta1.Shoot, setup Setup) (int, e
 	if err != nil {
 		return 1, err
 	}
-	extension, err := env.StartExtension(binary, env.ExtensionFlags(ExtensionNamespace, port))
+	extension, err := env.StartExtension(binary, env.ExtensionFlags(kubeconfig, ExtensionNamespace, port))
 	if err != nil {
 		return 1, err
 	}
 	defer extension.Stop(ctx)
 
-	if err := env.WaitForExtension(ctx, len(apiserveraccess.WebhookNames), extension.Stopped()); err != nil {
+	if err := env.WaitForExtension(ctx, len(apiserveraccess.WebhookNames), extension); err != nil {
 		return 1, fmt.Errorf("%w\n--- extension log ---\n%s", err, extension.Log())
 	}
 	cleanup, err := setup(ctx, env)
@@ -74,6 +82,10 @@ func runSuite(m *testing.M, shoot *gardencorev1beta1.Shoot, setup Setup) (int, e
 	}
 	defer cleanup()
 	code := m.Run()
+	if lines := Forbidden(extension.Log()); len(lines) > 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: the chart's RBAC refused the extension:\n%s\n", strings.Join(lines, "\n"))
+		code = 1
+	}
 	if code != 0 {
 		fmt.Fprintf(os.Stderr, "--- extension log ---\n%s", extension.Log())
 	}

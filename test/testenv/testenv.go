@@ -142,10 +142,11 @@ func FreePort() (int, error) {
 
 // ExtensionFlags are the flags of the extension in production on a self-hosted shoot, except that kube-apiserver
 // reaches the webhook server through a URL on loopback rather than a Service: certificates from Gardener's
-// certificate management in namespace, the webhooks merged into the extension's own MutatingWebhookConfiguration.
-func (e *Env) ExtensionFlags(namespace string, webhookPort int) []string {
+// certificate management in namespace, the webhooks merged into the extension's own MutatingWebhookConfiguration,
+// leader election in namespace.
+func (e *Env) ExtensionFlags(kubeconfig, namespace string, webhookPort int) []string {
 	return []string{
-		"--kubeconfig=" + e.Kubeconfig,
+		"--kubeconfig=" + kubeconfig,
 		"--self-hosted-shoot-cluster=true",
 		"--webhook-config-mode=url",
 		"--webhook-config-url=127.0.0.1:" + strconv.Itoa(webhookPort),
@@ -153,7 +154,8 @@ func (e *Env) ExtensionFlags(namespace string, webhookPort int) []string {
 		"--webhook-config-server-host=127.0.0.1",
 		"--webhook-config-server-port=" + strconv.Itoa(webhookPort),
 		"--webhook-config-cert-dir=" + filepath.Join(e.Dir, "webhook-certs"),
-		"--leader-election=false",
+		"--leader-election=true",
+		"--leader-election-namespace=" + namespace,
 		"--metrics-bind-address=0",
 		"--health-bind-address=127.0.0.1:0",
 		"--log-format=text",

@@ -9,7 +9,13 @@ import (
 	"slices"
 
 	"github.com/spf13/cobra"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -18,76 +24,98 @@ import (
 	extensionscmdwebhook "github.com/gardener/gardener/extensions/pkg/webhook/cmd"
 	gardenerhealthz "github.com/gardener/gardener/pkg/healthz"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/selfhostedshootexposure"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
 )
 
-// NewCommand returns the command that runs the extension's controllers and webhooks.
-func NewCommand(ctx context.Context) *cobra.Command {
-	var (
-		restOpts = &extensionscmdcontroller.RESTOptions{}
-		mgrOpts  = &extensionscmdcontroller.ManagerOptions{
+// options are the command's options, grouped the Gardener way.
+type options struct {
+	rest             *extensionscmdcontroller.RESTOptions
+	manager          *extensionscmdcontroller.ManagerOptions
+	general          *extensionscmdcontroller.GeneralOptions
+	reconcile        *extensionscmdcontroller.ReconcilerOptions
+	exposureCtrl     *extensionscmdcontroller.ControllerOptions
+	controllers      *extensionscmdcontroller.SwitchOptions
+	webhooks         *extensionscmdwebhook.AddToManagerOptions
+	optionAggregator extensionscmdcontroller.OptionAggregator
+}
+
+func newOptions() *options {
+	o := &options{
+		rest: &extensionscmdcontroller.RESTOptions{},
+		manager: &extensionscmdcontroller.ManagerOptions{
 			LeaderElection:          true,
 			LeaderElectionID:        extensionscmdcontroller.LeaderElectionNameID(ExtensionName),
 			LeaderElectionNamespace: os.Getenv("LEADER_ELECTION_NAMESPACE"),
 			WebhookServerPort:       443,
 			WebhookCertDir:          "/tmp/gardener-extensions-cert",
-		}
-		generalOpts      = &extensionscmdcontroller.GeneralOptions{}
-		reconcileOpts    = &extensionscmdcontroller.ReconcilerOptions{}
-		exposureCtrlOpts = &extensionscmdcontroller.ControllerOptions{MaxConcurrentReconciles: 5}
-
-		controllerSwitches   = ControllerSwitchOptions()
-		webhookSwitches      = WebhookSwitchOptions()
-		webhookServerOptions = &extensionscmdwebhook.ServerOptions{Namespace: os.Getenv("WEBHOOK_CONFIG_NAMESPACE")}
-		// No shoot webhooks are delivered as a ManagedResource: on a self-hosted shoot the framework merges them into
-		// the MutatingWebhookConfiguration it reconciles itself (--self-hosted-shoot-cluster).
-		webhookOptions = extensionscmdwebhook.NewAddToManagerOptions(ExtensionName, "", nil, generalOpts, webhookServerOptions, webhookSwitches)
-
-		aggOption = extensionscmdcontroller.NewOptionAggregator(
-			restOpts,
-			mgrOpts,
-			generalOpts,
-			reconcileOpts,
-			extensionscmdcontroller.PrefixOption("selfhostedshootexposure-", exposureCtrlOpts),
-			controllerSwitches,
-			webhookOptions,
-		)
+		},
+		general:      &extensionscmdcontroller.GeneralOptions{},
+		reconcile:    &extensionscmdcontroller.ReconcilerOptions{},
+		exposureCtrl: &extensionscmdcontroller.ControllerOptions{MaxConcurrentReconciles: 5},
+		controllers:  ControllerSwitchOptions(),
+	}
+	// No shoot webhooks are delivered as a ManagedResource: on a self-hosted shoot the framework merges them into the
+	// MutatingWebhookConfiguration it reconciles itself (--self-hosted-shoot-cluster). NewAddToManagerOptions copies
+	// the server and switch options: from here on only o.webhooks.Server and o.webhooks.Switch count.
+	o.webhooks = extensionscmdwebhook.NewAddToManagerOptions(ExtensionName, "", nil, o.general,
+		&extensionscmdwebhook.ServerOptions{Namespace: os.Getenv("WEBHOOK_CONFIG_NAMESPACE")}, WebhookSwitchOptions())
+	o.optionAggregator = extensionscmdcontroller.NewOptionAggregator(
+		o.rest,
+		o.manager,
+		o.general,
+		o.reconcile,
+		extensionscmdcontroller.PrefixOption("selfhostedshootexposure-", o.exposureCtrl),
+		o.controllers,
+		o.webhooks,
 	)
+	return o
+}
 
+// complete switches off what only makes sense in a self-hosted shoot unless --self-hosted-shoot-cluster is set, and
+// completes the options.
+func (o *options) complete() error {
+	if !o.general.SelfHostedShootCluster {
+		o.controllers.Disabled = append(o.controllers.Disabled, selfHostedOnlyControllers...)
+		o.webhooks.Switch.Disabled = append(o.webhooks.Switch.Disabled, selfHostedOnlyWebhooks...)
+	}
+	if err := o.optionAggregator.Complete(); err != nil {
+		return fmt.Errorf("error completing options: %w", err)
+	}
+	o.exposureCtrl.Completed().Apply(&selfhostedshootexposure.DefaultAddOptions.Controller)
+	selfhostedshootexposure.DefaultAddOptions.IgnoreOperationAnnotation = o.reconcile.Completed().IgnoreOperationAnnotation
+	selfhostedshootexposure.DefaultAddOptions.ExtensionClasses = slices.Clone(o.general.Completed().ExtensionClasses)
+	return nil
+}
+
+// NewCommand returns the command that runs the extension's controllers and webhooks.
+func NewCommand(ctx context.Context) *cobra.Command {
+	o := newOptions()
 	cmd := &cobra.Command{
 		Use:           "gardener-extension-" + ExtensionName,
 		Short:         "Makes Cilium safe and useful on Gardener self-hosted shoots",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(_ *cobra.Command, _ []string) error {
-			if !generalOpts.SelfHostedShootCluster {
-				controllerSwitches.Disabled = append(controllerSwitches.Disabled, selfHostedOnlyControllers...)
-				webhookSwitches.Disabled = append(webhookSwitches.Disabled, selfHostedOnlyWebhooks...)
+			if err := o.complete(); err != nil {
+				return err
 			}
-			if err := aggOption.Complete(); err != nil {
-				return fmt.Errorf("error completing options: %w", err)
-			}
-			exposureCtrlOpts.Completed().Apply(&selfhostedshootexposure.DefaultAddOptions.Controller)
-			selfhostedshootexposure.DefaultAddOptions.IgnoreOperationAnnotation = reconcileOpts.Completed().IgnoreOperationAnnotation
-			selfhostedshootexposure.DefaultAddOptions.ExtensionClasses = slices.Clone(generalOpts.Completed().ExtensionClasses)
-			return run(ctx, restOpts, mgrOpts, controllerSwitches, webhookOptions)
+			return o.run(ctx)
 		},
 	}
-	aggOption.AddFlags(cmd.Flags())
+	o.optionAggregator.AddFlags(cmd.Flags())
 	return cmd
 }
 
-func run(
-	ctx context.Context,
-	restOpts *extensionscmdcontroller.RESTOptions,
-	mgrOpts *extensionscmdcontroller.ManagerOptions,
-	controllerSwitches *extensionscmdcontroller.SwitchOptions,
-	webhookOptions *extensionscmdwebhook.AddToManagerOptions,
-) error {
-	options := mgrOpts.Completed().Options()
+func (o *options) run(ctx context.Context) error {
+	options := o.manager.Completed().Options()
 	options.Scheme = scheme.New()
-	mgr, err := manager.New(restOpts.Completed().Config, options)
+	options.Cache.ByObject = cacheScope(o.webhooks.Server.Completed().Namespace)
+	// Its one MutatingWebhookConfiguration is read by name, so that RBAC can name it rather than grant list and watch
+	// on all of them.
+	options.Client.Cache = &client.CacheOptions{DisableFor: []client.Object{&admissionregistrationv1.MutatingWebhookConfiguration{}}}
+	mgr, err := manager.New(o.rest.Completed().Config, options)
 	if err != nil {
 		return fmt.Errorf("could not instantiate manager: %w", err)
 	}
@@ -108,11 +136,28 @@ func run(
 		return fmt.Errorf("could not add readycheck of webhook to manager: %w", err)
 	}
 
-	if _, err := webhookOptions.Completed().AddToManager(ctx, mgr, nil); err != nil {
+	if _, err := o.webhooks.Completed().AddToManager(ctx, mgr, nil); err != nil {
 		return fmt.Errorf("could not add webhooks to manager: %w", err)
 	}
-	if err := controllerSwitches.Completed().AddToManager(ctx, mgr); err != nil {
+	if err := o.controllers.Completed().AddToManager(ctx, mgr); err != nil {
 		return fmt.Errorf("could not add controllers to manager: %w", err)
 	}
 	return mgr.Start(ctx)
+}
+
+// cacheScope keeps the informers of namespaced kinds to the namespaces the extension works in, so that its RBAC can
+// stay namespaced: Cilium's objects and the exposure's Service and slices live in kube-system, the webhook's
+// certificates in the extension's own namespace. Nothing else of those kinds is read.
+func cacheScope(webhookNamespace string) map[client.Object]cache.ByObject {
+	kubeSystem := cache.ByObject{Namespaces: map[string]cache.Config{cilium.Namespace: {}}}
+	scope := map[client.Object]cache.ByObject{
+		&corev1.ConfigMap{}:          kubeSystem,
+		&corev1.Service{}:            kubeSystem,
+		&discoveryv1.EndpointSlice{}: kubeSystem,
+		&appsv1.DaemonSet{}:          kubeSystem,
+	}
+	if webhookNamespace != "" {
+		scope[&corev1.Secret{}] = cache.ByObject{Namespaces: map[string]cache.Config{webhookNamespace: {}}}
+	}
+	return scope
 }

@@ -1,0 +1,160 @@
+package charts_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/charts"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/helm"
+)
+
+const namespace = "extension-cilium-selfhosted"
+
+func render(t *testing.T, values map[string]any) []client.Object {
+	t.Helper()
+	chart, err := helm.LoadFS(charts.FS, charts.ChartPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, unknown, err := helm.Render(chart, "cilium-selfhosted", namespace, values, scheme.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(unknown) > 0 {
+		t.Errorf("manifests of unknown kinds: %v", unknown)
+	}
+	return objs
+}
+
+func find[T client.Object](objs []client.Object) []T {
+	var out []T
+	for _, obj := range objs {
+		if o, ok := obj.(T); ok {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func args(d *appsv1.Deployment) []string { return d.Spec.Template.Spec.Containers[0].Args }
+
+func TestDefaultValues(t *testing.T) {
+	objs := render(t, nil)
+	deployments := find[*appsv1.Deployment](objs)
+	if len(deployments) != 1 {
+		t.Fatalf("%d Deployments", len(deployments))
+	}
+	d := deployments[0]
+	if d.Spec.Template.Spec.HostNetwork {
+		t.Error("hostNetwork outside a self-hosted shoot")
+	}
+	for _, want := range []string{"--self-hosted-shoot-cluster=false", "--webhook-config-namespace=" + namespace, "--webhook-config-mode=service",
+		"--webhook-config-server-port=19443", "--metrics-bind-address=:19080", "--health-bind-address=:19081"} {
+		if !slices.Contains(args(d), want) {
+			t.Errorf("args %v lack %s", args(d), want)
+		}
+	}
+	sc := d.Spec.Template.Spec.SecurityContext
+	if sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
+		t.Error("the extension must run as non-root")
+	}
+	services := find[*corev1.Service](objs)
+	if len(services) != 1 || services[0].Name != "gardener-extension-cilium-selfhosted" || services[0].Spec.Ports[0].TargetPort.IntVal != 19443 {
+		t.Errorf("webhook Service %+v (the framework's service mode calls gardener-extension-<name>)", services)
+	}
+	if services[0].Annotations["networking.resources.gardener.cloud/from-all-webhook-targets-allowed-ports"] == "" {
+		t.Error("the Service lacks the annotations of Gardener's network policies")
+	}
+}
+
+func TestSelfHostedValues(t *testing.T) {
+	objs := render(t, map[string]any{
+		"replicaCount": 3,
+		"usablePorts":  []any{30001, 30002, 30003},
+		"gardener":     map[string]any{"selfHostedShootCluster": true},
+	})
+	d := find[*appsv1.Deployment](objs)[0]
+	spec := d.Spec.Template.Spec
+	if *d.Spec.Replicas != 1 || !spec.HostNetwork || spec.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
+		t.Errorf("replicas %d hostNetwork %v dnsPolicy %s, want one replica in the host network", *d.Spec.Replicas, spec.HostNetwork, spec.DNSPolicy)
+	}
+	if !slices.ContainsFunc(spec.Tolerations, func(t corev1.Toleration) bool { return t.Key == "node-role.kubernetes.io/control-plane" }) {
+		t.Errorf("tolerations %v lack the control-plane taint", spec.Tolerations)
+	}
+	for _, want := range []string{"--self-hosted-shoot-cluster=true", "--webhook-config-server-port=30002", "--metrics-bind-address=:30001", "--health-bind-address=:30003"} {
+		if !slices.Contains(args(d), want) {
+			t.Errorf("args %v lack %s", args(d), want)
+		}
+	}
+	for _, obj := range objs {
+		if obj.GetObjectKind().GroupVersionKind().Kind == "PodDisruptionBudget" {
+			t.Error("a PodDisruptionBudget for the one replica would block draining its node")
+		}
+	}
+}
+
+func TestPodDisruptionBudgetWithReplicas(t *testing.T) {
+	objs := render(t, map[string]any{"replicaCount": 2})
+	found := false
+	for _, obj := range objs {
+		if obj.GetObjectKind().GroupVersionKind().Kind == "PodDisruptionBudget" {
+			found = true
+		}
+	}
+	if !found {
+		t.Error("no PodDisruptionBudget for 2 replicas")
+	}
+}
+
+// TestLeastPrivilege fails when the rules gain a wildcard, cluster-wide access to Secrets, or write access beyond
+// what the extension needs.
+func TestLeastPrivilege(t *testing.T) {
+	objs := render(t, map[string]any{"gardener": map[string]any{"selfHostedShootCluster": true}})
+	var rules []rbacv1.PolicyRule
+	for _, cr := range find[*rbacv1.ClusterRole](objs) {
+		for _, r := range cr.Rules {
+			if slices.Contains(r.Resources, "secrets") {
+				t.Errorf("ClusterRole %s grants Secrets cluster-wide: %+v", cr.Name, r)
+			}
+		}
+		rules = append(rules, cr.Rules...)
+	}
+	roles := find[*rbacv1.Role](objs)
+	if len(roles) != 2 {
+		t.Errorf("%d Roles, want one in kube-system and one in the release namespace", len(roles))
+	}
+	for _, role := range roles {
+		if role.Namespace != "kube-system" && role.Namespace != namespace {
+			t.Errorf("Role in namespace %s", role.Namespace)
+		}
+		rules = append(rules, role.Rules...)
+	}
+	for _, r := range rules {
+		for _, field := range [][]string{r.APIGroups, r.Resources, r.Verbs, r.ResourceNames} {
+			for _, v := range field {
+				if strings.Contains(v, "*") {
+					t.Errorf("wildcard in %+v", r)
+				}
+			}
+		}
+		if slices.Contains(r.Resources, "mutatingwebhookconfigurations") && !slices.Equal(r.Verbs, []string{"create"}) &&
+			!slices.Equal(r.ResourceNames, []string{"gardener-extension-cilium-selfhosted"}) {
+			t.Errorf("access to other MutatingWebhookConfigurations: %+v", r)
+		}
+		if len(r.NonResourceURLs) > 0 {
+			t.Errorf("non-resource URLs: %+v", r)
+		}
+	}
+	for _, b := range find[*rbacv1.ClusterRoleBinding](objs) {
+		if len(b.Subjects) != 1 || b.Subjects[0].Name != "gardener-extension-cilium-selfhosted" || b.Subjects[0].Namespace != namespace {
+			t.Errorf("binding %s subjects %+v", b.Name, b.Subjects)
+		}
+	}
+}

@@ -1,0 +1,16 @@
+{{- define "name" -}}
+gardener-extension-cilium-selfhosted
+{{- end -}}
+
+{{- define "labels" -}}
+app.kubernetes.io/name: {{ include "name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "replicas" -}}
+{{- if .Values.gardener.selfHostedShootCluster -}}
+1
+{{- else -}}
+{{ .Values.replicaCount }}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,89 @@
+package app
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+)
+
+const kubeconfig = `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`
+
+func completed(t *testing.T, args ...string) *options {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(path, []byte(kubeconfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args = append(args, "--kubeconfig="+path)
+	o := newOptions()
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	o.optionAggregator.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.complete(); err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// TestSelfHostedOnly: without --self-hosted-shoot-cluster the webhooks and the endpoints controller are off; with it,
+// they are on, and --disable-webhooks still works.
+func TestSelfHostedOnly(t *testing.T) {
+	if !completed(t).webhooks.Completed().Switch.Disabled {
+		t.Error("webhooks are on outside a self-hosted shoot")
+	}
+	if completed(t, "--self-hosted-shoot-cluster").webhooks.Completed().Switch.Disabled {
+		t.Error("webhooks are off on a self-hosted shoot")
+	}
+	o := completed(t, "--self-hosted-shoot-cluster", "--disable-webhooks=cilium-agent,cilium-operator,cilium-config")
+	if !o.webhooks.Completed().Switch.Disabled {
+		t.Error("--disable-webhooks did not switch the webhooks off")
+	}
+	for _, name := range selfHostedOnlyControllers {
+		for _, tc := range []struct {
+			args     []string
+			disabled bool
+		}{{nil, true}, {[]string{"--self-hosted-shoot-cluster"}, false}} {
+			o := completed(t, tc.args...)
+			disabled := false
+			for _, d := range o.controllers.Disabled {
+				disabled = disabled || d == name
+			}
+			if disabled != tc.disabled {
+				t.Errorf("%v: controller %s disabled=%v, want %v", tc.args, name, disabled, tc.disabled)
+			}
+		}
+	}
+}
+
+func TestCacheScope(t *testing.T) {
+	o := completed(t, "--webhook-config-namespace=extension-x")
+	if ns := o.webhooks.Server.Completed().Namespace; ns != "extension-x" {
+		t.Errorf("namespace %q", ns)
+	}
+	for _, tc := range []struct{ namespace, want string }{{"extension-x", "extension-x"}, {"", ""}} {
+		secretNamespaces := ""
+		for obj, scope := range cacheScope(tc.namespace) {
+			if _, ok := obj.(*corev1.Secret); ok {
+				for ns := range scope.Namespaces {
+					secretNamespaces += ns
+				}
+			} else if _, ok := scope.Namespaces["kube-system"]; !ok || len(scope.Namespaces) != 1 {
+				t.Errorf("%T is not scoped to kube-system: %v", obj, scope.Namespaces)
+			}
+		}
+		if secretNamespaces != tc.want {
+			t.Errorf("webhook namespace %q: Secrets cached in %q, want %q", tc.namespace, secretNamespaces, tc.want)
+		}
+	}
+}

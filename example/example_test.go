@@ -1,0 +1,126 @@
+// Package example holds the manifests an operator starts from; its test keeps them valid and generated ones current.
+package example
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	gardencorev1 "github.com/gardener/gardener/pkg/apis/core/v1"
+	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
+	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/charts"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/config"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/helm"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
+)
+
+func read(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestControllerRegistrationIsCurrent(t *testing.T) {
+	want, err := charts.ControllerRegistration()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(read(t, "controller-registration.yaml"), want) {
+		t.Fatal("controller-registration.yaml is stale: run `make generate`")
+	}
+}
+
+func TestControllerRegistration(t *testing.T) {
+	s := runtime.NewScheme()
+	if err := gardencorev1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := gardencorev1beta1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	decoder := serializer.NewCodecFactory(s, serializer.EnableStrict).UniversalDeserializer()
+	reader := yaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(read(t, "controller-registration.yaml"))))
+	var deployment *gardencorev1.ControllerDeployment
+	var registration *gardencorev1beta1.ControllerRegistration
+	for {
+		doc, err := reader.Read()
+		if err != nil {
+			break
+		}
+		obj, _, err := decoder.Decode(doc, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch o := obj.(type) {
+		case *gardencorev1.ControllerDeployment:
+			deployment = o
+		case *gardencorev1beta1.ControllerRegistration:
+			registration = o
+		}
+	}
+	if deployment == nil || registration == nil {
+		t.Fatal("want a ControllerDeployment and a ControllerRegistration")
+	}
+	r := registration.Spec.Resources
+	if len(r) != 1 || r[0].Kind != extensionsv1alpha1.SelfHostedShootExposureResource || r[0].Type != "cilium" {
+		t.Errorf("resources %+v, want SelfHostedShootExposure/cilium", r)
+	}
+	if refs := registration.Spec.Deployment.DeploymentRefs; len(refs) != 1 || refs[0].Name != deployment.Name {
+		t.Errorf("deployment refs %+v", refs)
+	}
+	chart, err := loader.LoadArchive(bytes.NewReader(deployment.Helm.RawChart))
+	if err != nil {
+		t.Fatalf("rawChart: %v", err)
+	}
+	if objs, _, err := helm.Render(chart, "x", "extension-cilium-selfhosted", nil, scheme.New()); err != nil || len(objs) == 0 {
+		t.Errorf("the inlined chart does not render: %v", err)
+	}
+}
+
+func TestProviderConfigs(t *testing.T) {
+	for _, name := range []string{"providerconfig-l2.yaml", "providerconfig-bgp.yaml"} {
+		raw, err := sigsyaml.YAMLToJSON(read(t, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		shoot := &gardencorev1beta1.Shoot{Spec: gardencorev1beta1.ShootSpec{Provider: gardencorev1beta1.Provider{Workers: []gardencorev1beta1.Worker{{
+			ControlPlane: &gardencorev1beta1.WorkerControlPlane{Exposure: &gardencorev1beta1.Exposure{Extension: &gardencorev1beta1.ExtensionExposure{
+				ProviderConfig: &runtime.RawExtension{Raw: raw},
+			}}},
+		}}}}}
+		if _, err := config.Load(nil, shoot); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+func TestShoot(t *testing.T) {
+	raw, err := sigsyaml.YAMLToJSON(read(t, "shoot-gardenadm.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := runtime.NewScheme()
+	if err := gardencorev1beta1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	obj, _, err := serializer.NewCodecFactory(s, serializer.EnableStrict).UniversalDeserializer().Decode(raw, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shoot := obj.(*gardencorev1beta1.Shoot)
+	if _, err := config.Load(nil, shoot); err != nil {
+		t.Error(err)
+	}
+}

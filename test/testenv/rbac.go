@@ -1,0 +1,75 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"regexp"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/charts"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/helm"
+)
+
+// ChartValuesSelfHosted are the values gardenadm gives the extension's chart on a self-hosted shoot.
+var ChartValuesSelfHosted = map[string]any{"gardener": map[string]any{"selfHostedShootCluster": true}}
+
+// ApplyChartRBAC renders the extension's chart as on a self-hosted shoot into ExtensionNamespace, creates its
+// ServiceAccount and RBAC, and writes a kubeconfig that impersonates that ServiceAccount. It returns the kubeconfig's
+// path: the extension run with it may do exactly what the chart grants.
+func (e *Env) ApplyChartRBAC(ctx context.Context) (string, error) {
+	chart, err := helm.LoadFS(charts.FS, charts.ChartPath)
+	if err != nil {
+		return "", err
+	}
+	objs, _, err := helm.Render(chart, "cilium-selfhosted", ExtensionNamespace, ChartValuesSelfHosted, scheme.New())
+	if err != nil {
+		return "", err
+	}
+	var serviceAccount *corev1.ServiceAccount
+	for _, obj := range objs {
+		switch o := obj.(type) {
+		case *corev1.ServiceAccount:
+			serviceAccount = o
+		case *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding, *rbacv1.Role, *rbacv1.RoleBinding:
+		default:
+			continue
+		}
+		if err := e.Client.Create(ctx, obj.DeepCopyObject().(client.Object)); err != nil {
+			return "", fmt.Errorf("creating %T %s: %w", obj, obj.GetName(), err)
+		}
+	}
+	if serviceAccount == nil {
+		return "", fmt.Errorf("the chart renders no ServiceAccount")
+	}
+
+	config, err := clientcmd.LoadFromFile(e.Kubeconfig)
+	if err != nil {
+		return "", err
+	}
+	for _, user := range config.AuthInfos {
+		user.Impersonate = "system:serviceaccount:" + serviceAccount.Namespace + ":" + serviceAccount.Name
+		user.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + serviceAccount.Namespace, "system:authenticated"}
+	}
+	path := filepath.Join(e.Dir, "extension-kubeconfig")
+	return path, clientcmd.WriteToFile(*config, path)
+}
+
+// forbidden matches what client-go and controller-runtime log when RBAC refuses a request.
+var forbidden = regexp.MustCompile(`(?i)forbidden|is not allowed|cannot (get|list|watch|create|update|patch|delete) resource`)
+
+// Forbidden returns the lines of log in which the API server refused the extension something.
+func Forbidden(log string) []string {
+	var lines []string
+	for _, line := range regexp.MustCompile("\n").Split(log, -1) {
+		if forbidden.MatchString(line) {
+			lines = append(lines, line)
+		}
+	}
+	return lines
+}
