@@ -46,5 +46,5 @@ generate:
 	$(GO) run ./hack/generate-controller-registration
 
 .PHONY: demo
-demo: envtest-assets build
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) run ./hack/demo --extension=bin/$(BINARY) $(if $(KEEP),--keep)
+demo: envtest-assets cilium-operator build
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CILIUM_OPERATOR="$(CILIUM_OPERATOR)" $(GO) run ./hack/demo --extension=bin/$(BINARY) $(if $(KEEP),--keep)

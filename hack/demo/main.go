@@ -1,7 +1,8 @@
 // Command demo shows the extension at work on a self-hosted shoot in an embedded control plane: kube-apiserver and
-// etcd built from source, Gardener's CRDs, a self-hosted Cluster with 3 control-plane and 2 worker Nodes, the
-// extension binary started with its production flags, and Cilium's real chart applied with one agent pod per node,
-// created the way the DaemonSet controller would. It prints how each Cilium pod reaches kube-apiserver.
+// etcd built from source with Gardener's and Cilium's CRDs, a self-hosted Cluster with 3 control-plane and 2 worker
+// Nodes, the extension binary and Cilium's real operator started with their production flags, and Cilium's real
+// chart applied with one agent pod per node, created the way the DaemonSet controller would. It prints how each
+// Cilium pod reaches kube-apiserver, then exposes kube-apiserver on a Cilium VIP and deletes the exposure again.
 package main
 
 import (
@@ -12,17 +13,24 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"sort"
 	"strings"
 	"syscall"
 	"text/tabwriter"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
+	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumoperator"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/webhook/apiserveraccess"
@@ -42,67 +50,115 @@ func main() {
 
 func step(format string, args ...any) { fmt.Printf("==> "+format+"\n", args...) }
 
+type demo struct {
+	env       *testenv.Env
+	extension *testenv.Process
+	operator  *ciliumoperator.Operator
+}
+
 func run(extension, version string, keep bool) error {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 
-	step("Starting the control plane (kube-apiserver and etcd from %s)", os.Getenv("KUBEBUILDER_ASSETS"))
+	step("Starting the control plane (kube-apiserver and etcd from %s) with Gardener's and Cilium's CRDs", os.Getenv("KUBEBUILDER_ASSETS"))
 	env, err := testenv.Start()
 	if err != nil {
 		return err
 	}
 	defer env.Stop()
+	d := &demo{env: env}
 
-	step("Creating the self-hosted shoot: Cluster kube-system, 3 control-plane and 2 worker Nodes")
-	if err := env.CreateSelfHostedShoot(ctx, fixtures.Shoot(true)); err != nil {
+	step("Creating the self-hosted shoot: Cluster kube-system (exposure type cilium, L2, VIP %s), 3 control-plane and 2 worker Nodes", fixtures.ExposureVIP)
+	if err := env.CreateSelfHostedShoot(ctx, fixtures.WithExposureConfig(fixtures.Shoot(true), fixtures.ExposureConfigL2)); err != nil {
 		return err
 	}
+	if err := d.startExtension(ctx, extension); err != nil {
+		return err
+	}
+	defer d.extension.Stop(context.Background())
 
+	step("Starting Cilium's operator %s (LB-IPAM, L2 announcements, BGP control plane)", version)
+	if d.operator, err = ciliumoperator.Start(ctx, env, nil); err != nil {
+		return err
+	}
+	defer d.operator.Stop(context.Background())
+
+	var problems []string
+	p, err := d.ciliumAgents(ctx, version)
+	if err != nil {
+		return err
+	}
+	problems = append(problems, p...)
+	p, err = d.exposure(ctx)
+	if err != nil {
+		return err
+	}
+	problems = append(problems, p...)
+
+	fmt.Println()
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
+	}
+	step("Summary: every Cilium agent reaches kube-apiserver without Cilium (localhost on the control plane, the " +
+		"control-plane IPs elsewhere); kube-apiserver was exposed on a VIP assigned by Cilium's LB-IPAM, and deleting " +
+		"the exposure left nothing behind")
+
+	if keep {
+		step("Still running. Explore with: export KUBECONFIG=%s; kubectl get ds,pods,cm,svc,endpointslices -n kube-system", env.Kubeconfig)
+		step("Extension log: %s; operator log: %s. Press Ctrl-C to stop.", d.extension.LogPath(), d.operator.LogPath())
+		<-ctx.Done()
+	}
+	return nil
+}
+
+func (d *demo) startExtension(ctx context.Context, binary string) error {
+	kubeconfig, err := d.env.ApplyChartRBAC(ctx)
+	if err != nil {
+		return err
+	}
 	port, err := testenv.FreePort()
 	if err != nil {
 		return err
 	}
-	kubeconfig, err := env.ApplyChartRBAC(ctx)
-	if err != nil {
+	args := d.env.ExtensionFlags(kubeconfig, testenv.ExtensionNamespace, port)
+	step("Starting the extension as the chart's ServiceAccount: %s %s", binary, strings.Join(args, " "))
+	if d.extension, err = d.env.StartExtension(binary, args); err != nil {
 		return err
 	}
-	args := env.ExtensionFlags(kubeconfig, testenv.ExtensionNamespace, port)
-	step("Starting the extension: %s %s", extension, strings.Join(args, " "))
-	ext, err := env.StartExtension(extension, args)
-	if err != nil {
-		return err
-	}
-	defer ext.Stop(context.Background())
-
-	if err := env.WaitForExtension(ctx, len(apiserveraccess.WebhookNames), ext); err != nil {
-		return fmt.Errorf("%w\n--- extension log ---\n%s", err, ext.Log())
+	if err := d.env.WaitForExtension(ctx, len(apiserveraccess.WebhookNames), d.extension); err != nil {
+		return fmt.Errorf("%w\n--- extension log ---\n%s", err, d.extension.Log())
 	}
 	step("The extension registered MutatingWebhookConfiguration %s and wrote ConfigMap kube-system/%s",
 		testenv.WebhookConfigName, apiserverendpoints.ConfigMapName)
+	return nil
+}
 
+// ciliumAgents applies Cilium's chart, creates an agent pod per node and shows how each reaches kube-apiserver.
+func (d *demo) ciliumAgents(ctx context.Context, version string) ([]string, error) {
+	c := d.env.Client
 	step("Rendering Cilium %s's chart (k8sServiceHost=%s, kubeProxyReplacement=true) and applying it", version, ciliumchart.ExternalHost)
 	rendered, err := ciliumchart.Render(version, ciliumchart.Values(version))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, obj := range rendered.All {
-		if err := env.Client.Create(ctx, obj.DeepCopyObject().(client.Object)); err != nil {
-			return fmt.Errorf("creating %T %s: %w", obj, obj.GetName(), err)
+		if err := c.Create(ctx, obj.DeepCopyObject().(client.Object)); err != nil {
+			return nil, fmt.Errorf("creating %T %s: %w", obj, obj.GetName(), err)
 		}
 	}
 
 	step("Creating one agent pod per node, as the DaemonSet controller would")
 	agent := &appsv1.DaemonSet{}
-	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(rendered.Agent), agent); err != nil {
-		return err
+	if err := c.Get(ctx, client.ObjectKeyFromObject(rendered.Agent), agent); err != nil {
+		return nil, err
 	}
 	nodes := &corev1.NodeList{}
-	if err := env.Client.List(ctx, nodes); err != nil {
-		return err
+	if err := c.List(ctx, nodes); err != nil {
+		return nil, err
 	}
 	endpoints := &corev1.ConfigMap{}
-	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: cilium.Namespace, Name: apiserverendpoints.ConfigMapName}, endpoints); err != nil {
-		return err
+	if err := c.Get(ctx, client.ObjectKey{Namespace: cilium.Namespace, Name: apiserverendpoints.ConfigMapName}, endpoints); err != nil {
+		return nil, err
 	}
 
 	fmt.Println()
@@ -111,8 +167,8 @@ func run(extension, version string, keep bool) error {
 	var problems []string
 	for _, node := range nodes.Items {
 		pod := ciliumchart.DaemonSetPod(agent, node.Name)
-		if err := env.Client.Create(ctx, pod); err != nil {
-			return err
+		if err := c.Create(ctx, pod); err != nil {
+			return nil, err
 		}
 		role := "worker"
 		if apiserverendpoints.IsControlPlaneNode(&node) {
@@ -127,27 +183,15 @@ func run(extension, version string, keep bool) error {
 	_ = table.Flush()
 
 	config := &corev1.ConfigMap{}
-	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(rendered.Config), config); err != nil {
-		return err
+	if err := c.Get(ctx, client.ObjectKeyFromObject(rendered.Config), config); err != nil {
+		return nil, err
 	}
-	fmt.Printf("\ncilium-config: %s rendered as %q, stored: %q\n", cilium.FlagAPIServerURLs,
-		rendered.Config.Data[cilium.FlagAPIServerURLs], config.Data[cilium.FlagAPIServerURLs])
+	fmt.Printf("\ncilium-config: %s rendered as %q, stored %q; enable-l2-announcements %q (the exposure needs it)\n\n",
+		cilium.FlagAPIServerURLs, rendered.Config.Data[cilium.FlagAPIServerURLs], config.Data[cilium.FlagAPIServerURLs], config.Data["enable-l2-announcements"])
 	if _, ok := config.Data[cilium.FlagAPIServerURLs]; ok {
 		problems = append(problems, "cilium-config still names the external API server")
 	}
-
-	fmt.Println()
-	if len(problems) > 0 {
-		return errors.New(strings.Join(problems, "; "))
-	}
-	step("Summary: every Cilium agent reaches kube-apiserver without Cilium: localhost on the control plane, the control-plane IPs elsewhere")
-
-	if keep {
-		step("Still running. Explore with: KUBECONFIG=%s kubectl get ds,pods,cm -n kube-system", env.Kubeconfig)
-		step("Extension log: %s. Press Ctrl-C to stop.", ext.LogPath())
-		<-ctx.Done()
-	}
-	return nil
+	return problems, nil
 }
 
 // resolved is the API server environment of the agent container as the kubelet would resolve it, and where the host
@@ -168,4 +212,93 @@ func resolved(pod *corev1.Pod, endpoints *corev1.ConfigMap) (map[string]string, 
 		}
 	}
 	return out, from
+}
+
+// exposure creates the SelfHostedShootExposure as gardenadm would, shows its VIP, objects and status, deletes it and
+// shows what is left.
+func (d *demo) exposure(ctx context.Context) ([]string, error) {
+	c := d.env.Client
+	exp := fixtures.Exposure("bare-metal", fixtures.Nodes())
+	step("Creating SelfHostedShootExposure kube-system/%s (type cilium), as gardenadm init does", exp.Name)
+	start := time.Now()
+	if err := c.Create(ctx, exp); err != nil {
+		return nil, err
+	}
+	if err := testenv.WaitFor(ctx, time.Minute, func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(exp), exp); err != nil {
+			return false, err
+		}
+		op := exp.Status.LastOperation
+		return op != nil && op.State == gardencorev1beta1.LastOperationStateSucceeded && exp.Status.ObservedGeneration == exp.Generation, nil
+	}); err != nil {
+		return nil, fmt.Errorf("the exposure did not succeed: %w (last operation %+v, last error %+v)", err, exp.Status.LastOperation, exp.Status.LastError)
+	}
+	took := time.Since(start)
+
+	var vips []string
+	for _, in := range exp.Status.Ingress {
+		vips = append(vips, in.IP)
+	}
+	fmt.Println()
+	table := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(table, "EXPOSURE\tTYPE\tSTATUS.INGRESS\tLAST OPERATION\tCREATED -> SUCCEEDED")
+	fmt.Fprintf(table, "%s\t%s\t%s\t%s %s\t%s\n", exp.Name, exp.Spec.Type, strings.Join(vips, ","), exp.Status.LastOperation.Type,
+		exp.Status.LastOperation.State, took.Round(time.Millisecond))
+	_ = table.Flush()
+	fmt.Println()
+	if err := d.printObjects(ctx, exp); err != nil {
+		return nil, err
+	}
+
+	var problems []string
+	if !slices.Equal(vips, []string{fixtures.ExposureVIP}) {
+		problems = append(problems, fmt.Sprintf("status.ingress is %v, want the pinned VIP %s", vips, fixtures.ExposureVIP))
+	}
+
+	step("Deleting the exposure: the Service first (LB-IPAM releases the VIP), then everything else")
+	if err := c.Delete(ctx, exp); err != nil {
+		return nil, err
+	}
+	if err := testenv.WaitFor(ctx, time.Minute, func(ctx context.Context) (bool, error) {
+		err := c.Get(ctx, client.ObjectKeyFromObject(exp), &extensionsv1alpha1.SelfHostedShootExposure{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	}); err != nil {
+		return nil, fmt.Errorf("the exposure was not deleted: %w", err)
+	}
+	left, err := d.env.Owned(ctx, exp.Namespace, exp.Name)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Printf("\nleft after deletion: %s\n", describeCounts(left))
+	if len(left) > 0 {
+		problems = append(problems, fmt.Sprintf("deletion left %v", left))
+	}
+	return problems, nil
+}
+
+func (d *demo) printObjects(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) error {
+	owned, err := d.env.Owned(ctx, exp.Namespace, exp.Name)
+	if err != nil {
+		return err
+	}
+	table := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(table, "OBJECTS OF THE EXPOSURE\tCOUNT")
+	kinds := make([]string, 0, len(owned))
+	for k := range owned {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		fmt.Fprintf(table, "%s\t%d\n", k, owned[k])
+	}
+	_ = table.Flush()
+	fmt.Println()
+	return nil
+}
+
+func describeCounts(counts map[string]int) string {
+	if len(counts) == 0 {
+		return "nothing"
+	}
+	return fmt.Sprint(counts)
 }
