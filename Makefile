@@ -48,3 +48,15 @@ generate:
 .PHONY: demo
 demo: envtest-assets cilium-operator build
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CILIUM_OPERATOR="$(CILIUM_OPERATOR)" $(GO) run ./hack/demo --extension=bin/$(BINARY) $(if $(KEEP),--keep)
+
+# Benchmarks of the webhook and the exposure beside their floors; results under bench/results.
+.PHONY: bench
+bench: envtest-assets cilium-operator
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CILIUM_OPERATOR="$(CILIUM_OPERATOR)" $(GO) run ./hack/bench --out bench/results
+
+# Fuzz each target for FUZZTIME; crashers land in testdata/fuzz and become regression tests of `make test`.
+FUZZTIME ?= 30s
+.PHONY: fuzz
+fuzz:
+	$(GO) test -run='^$$' -fuzz='^FuzzAdmission$$' -fuzztime=$(FUZZTIME) ./webhook/apiserveraccess
+	$(GO) test -run='^$$' -fuzz='^FuzzLoad$$' -fuzztime=$(FUZZTIME) ./pkg/exposure/config

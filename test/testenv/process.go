@@ -68,6 +68,9 @@ func (e *Env) StartExtension(binary string, args []string) (*Process, error) {
 // Stopped is closed when the process has ended.
 func (p *Process) Stopped() <-chan struct{} { return p.done }
 
+// Pid is the process's ID.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
 // Err is how the process ended, once Stopped is closed.
 func (p *Process) Err() error { return p.err }
 

@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -68,18 +67,12 @@ func newWebhook(mgr manager.Manager, name string, selector *metav1.LabelSelector
 	for _, obj := range objs {
 		types = append(types, extensionswebhook.Type{Obj: obj})
 	}
-	logger := log.Log.WithName(name + "-webhook")
-	handler, err := extensionswebhook.NewBuilder(mgr, logger).WithMutator(NewMutator(mgr.GetClient()), types...).Build()
-	if err != nil {
-		return nil, err
-	}
-
 	wh := &extensionswebhook.Webhook{
 		Name:    name,
 		Path:    name,
 		Target:  extensionswebhook.TargetShoot,
 		Types:   types,
-		Webhook: &admission.Webhook{Handler: handler, RecoverPanic: new(true)},
+		Webhook: &admission.Webhook{Handler: &handler{mutator: NewMutator(mgr.GetClient())}, RecoverPanic: new(true)},
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{
 			corev1.LabelMetadataName: cilium.Namespace,
 		}},

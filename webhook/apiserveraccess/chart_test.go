@@ -23,19 +23,10 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fakemanager"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/webhook/apiserveraccess"
 )
-
-// fakeManager gives the webhook framework what it takes from a manager: a scheme and a client.
-type fakeManager struct {
-	manager.Manager
-	scheme *runtime.Scheme
-	client client.Client
-}
-
-func (m fakeManager) GetScheme() *runtime.Scheme { return m.scheme }
-func (m fakeManager) GetClient() client.Client   { return m.client }
 
 // admitter sends objects through the webhooks' admission handlers the way kube-apiserver would.
 type admitter struct {
@@ -47,7 +38,7 @@ type admitter struct {
 func newAdmitter(t *testing.T, objs ...client.Object) *admitter {
 	t.Helper()
 	s := scheme.New()
-	mgr := fakeManager{scheme: s, client: fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).Build()}
+	mgr := fakemanager.Manager{Scheme: s, Client: fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).Build()}
 	a := &admitter{t: t, scheme: s}
 	for _, add := range []func(manager.Manager) (*extensionswebhook.Webhook, error){
 		apiserveraccess.AddAgentWebhook, apiserveraccess.AddOperatorWebhook, apiserveraccess.AddConfigWebhook,

@@ -25,11 +25,12 @@ import (
 // NewMutator returns the mutator that keeps Cilium from depending on itself to reach kube-apiserver. reader should be
 // the manager's cached client: it reads the Cluster, Nodes and the agent DaemonSet on every admission.
 func NewMutator(reader client.Reader) extensionswebhook.Mutator {
-	return &mutator{reader: reader}
+	return &mutator{reader: reader, shoots: selfhosted.NewShootReader(reader)}
 }
 
 type mutator struct {
 	reader client.Reader
+	shoots *selfhosted.ShootReader
 }
 
 // Mutate changes nothing unless the object is one of Cilium's in kube-system and the cluster is a self-hosted shoot.
@@ -37,7 +38,7 @@ func (m *mutator) Mutate(ctx context.Context, newObj, oldObj client.Object) erro
 	if !m.handles(newObj, oldObj) {
 		return nil
 	}
-	shoot, err := selfhosted.Shoot(ctx, m.reader)
+	shoot, err := m.shoots.Shoot(ctx)
 	if err != nil || shoot == nil {
 		return err
 	}

@@ -4,6 +4,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"os"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	extensionscontroller "github.com/gardener/gardener/extensions/pkg/controller"
 	extensionscmdcontroller "github.com/gardener/gardener/extensions/pkg/controller/cmd"
@@ -115,6 +117,10 @@ func (o *options) run(ctx context.Context) error {
 	// Its one MutatingWebhookConfiguration is read by name, so that RBAC can name it rather than grant list and watch
 	// on all of them.
 	options.Client.Cache = &client.CacheOptions{DisableFor: []client.Object{&admissionregistrationv1.MutatingWebhookConfiguration{}}}
+	if server, ok := options.WebhookServer.(*webhook.DefaultServer); ok {
+		// TLS 1.2 is Go's default minimum too; stating it keeps it so whatever the toolchain defaults to.
+		server.Options.TLSOpts = append(server.Options.TLSOpts, func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 })
+	}
 	mgr, err := manager.New(o.rest.Completed().Config, options)
 	if err != nil {
 		return fmt.Errorf("could not instantiate manager: %w", err)

@@ -52,14 +52,15 @@ type actuator struct {
 	client client.Client
 	// reader reads without the cache, for listing what the exposure owns: the cache may lag behind what was applied.
 	reader client.Reader
-	// ingressWait is how long Reconcile waits for LB-IPAM within one call. gardenadm counts an exposure with a
-	// lastError as failed after ~30s, so the VIP should come within the call rather than after a requeue.
+	// ingressWait is how long Reconcile waits for LB-IPAM within one call, polling the cache every pollInterval.
+	// gardenadm counts an exposure with a lastError as failed after ~30s, so the VIP should come within the call
+	// rather than after a requeue.
 	ingressWait, pollInterval time.Duration
 }
 
 // NewActuator returns the actuator of SelfHostedShootExposures of type cilium.
 func NewActuator(c client.Client, reader client.Reader, ingressWait time.Duration) extensionsselfhostedshootexposure.Actuator {
-	return &actuator{client: c, reader: reader, ingressWait: ingressWait, pollInterval: 100 * time.Millisecond}
+	return &actuator{client: c, reader: reader, ingressWait: ingressWait, pollInterval: 20 * time.Millisecond}
 }
 
 // Reconcile applies the desired objects, removes those no longer desired, and returns the VIP once Cilium has

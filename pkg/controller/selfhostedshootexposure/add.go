@@ -7,7 +7,9 @@ import (
 	"slices"
 	"time"
 
+	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -44,7 +46,14 @@ type AddOptions struct {
 
 // AddToManagerWithOptions adds the controller, and the watch that brings a VIP assigned by Cilium into the status at
 // once, to mgr.
-func AddToManagerWithOptions(mgr manager.Manager, opts AddOptions) error {
+func AddToManagerWithOptions(ctx context.Context, mgr manager.Manager, opts AddOptions) error {
+	// Informers the reconciliation reads from start with the manager rather than on the first exposure, whose
+	// reconciliation would otherwise wait for their initial sync (gardenadm waits for the exposure).
+	for _, obj := range []client.Object{&extensionsv1alpha1.Cluster{}, &ciliumv2.CiliumLoadBalancerIPPool{}} {
+		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
+			return err
+		}
+	}
 	classes := slices.DeleteFunc(slices.Clone(opts.ExtensionClasses), func(class extensionsv1alpha1.ExtensionClass) bool {
 		return !supportedExtensionClasses.Has(class)
 	})
@@ -61,6 +70,6 @@ func AddToManagerWithOptions(mgr manager.Manager, opts AddOptions) error {
 }
 
 // AddToManager adds the controller with DefaultAddOptions.
-func AddToManager(_ context.Context, mgr manager.Manager) error {
-	return AddToManagerWithOptions(mgr, DefaultAddOptions)
+func AddToManager(ctx context.Context, mgr manager.Manager) error {
+	return AddToManagerWithOptions(ctx, mgr, DefaultAddOptions)
 }

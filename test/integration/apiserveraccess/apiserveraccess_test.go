@@ -2,7 +2,10 @@ package apiserveraccess_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -303,4 +306,32 @@ func waitForURLs(ctx context.Context, urls string) error {
 		}
 		return true, nil
 	})
+}
+
+// TestWebhookServesTLS12AndNewerOnly dials the registered webhook URL with TLS 1.1 and with TLS 1.2.
+func TestWebhookServesTLS12AndNewerOnly(t *testing.T) {
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: testenv.WebhookConfigName}, mwc); err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(*mwc.Webhooks[0].ClientConfig.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(mwc.Webhooks[0].ClientConfig.CABundle) {
+		t.Fatal("no CA in the caBundle")
+	}
+	for _, tc := range []struct {
+		version uint16
+		ok      bool
+	}{{tls.VersionTLS11, false}, {tls.VersionTLS12, true}, {tls.VersionTLS13, true}} {
+		conn, err := tls.Dial("tcp", u.Host, &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS10, MaxVersion: tc.version})
+		if err == nil {
+			conn.Close()
+		}
+		if (err == nil) != tc.ok {
+			t.Errorf("TLS version %x: handshake error %v, want success %v", tc.version, err, tc.ok)
+		}
+	}
 }

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
+	v1beta1constants "github.com/gardener/gardener/pkg/apis/core/v1beta1/constants"
+	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
+)
+
+// exposureWithEndpoints is an L2 exposure pinned to vip with n control-plane endpoints.
+func exposureWithEndpoints(name, vip string, n int) *extensionsv1alpha1.SelfHostedShootExposure {
+	exp := &extensionsv1alpha1.SelfHostedShootExposure{}
+	exp.Name, exp.Namespace = name, "kube-system"
+	exp.Annotations = map[string]string{v1beta1constants.GardenerOperation: v1beta1constants.GardenerOperationReconcile}
+	exp.Spec.Type, exp.Spec.Port = "cilium", 443
+	exp.Spec.ProviderConfig = &runtime.RawExtension{Raw: []byte(`{"apiVersion":"cilium-selfhosted.extensions.gardener.cloud/v1alpha1",` +
+		`"kind":"ExposureConfig","pool":{"cidrs":["` + vip + `/32"]},"loadBalancerIPs":["` + vip + `"]}`)}
+	for i := range n {
+		exp.Spec.Endpoints = append(exp.Spec.Endpoints, extensionsv1alpha1.ControlPlaneEndpoint{
+			NodeName:  fmt.Sprintf("cp-%d", i),
+			Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("10.%d.%d.%d", 100+i/65536, i/256%256, i%256)}},
+		})
+	}
+	return exp
+}
+
+func succeeded(ctx context.Context, c client.Client, exp *extensionsv1alpha1.SelfHostedShootExposure) (bool, error) {
+	if err := c.Get(ctx, client.ObjectKeyFromObject(exp), exp); err != nil {
+		return false, err
+	}
+	op := exp.Status.LastOperation
+	if op != nil && op.State == gardencorev1beta1.LastOperationStateError && exp.Annotations[v1beta1constants.GardenerOperation] == "" {
+		return false, fmt.Errorf("exposure %s: %s", exp.Name, op.Description)
+	}
+	return op != nil && op.State == gardencorev1beta1.LastOperationStateSucceeded && len(exp.Status.Ingress) > 0 &&
+		exp.Status.ObservedGeneration == exp.Generation && exp.Annotations[v1beta1constants.GardenerOperation] == "", nil
+}
+
+// exposureConvergence measures, with Cilium's real operator, the time from creating an exposure to Succeeded with the
+// VIP in status, and for an endpoint change to reach the slices.
+func exposureConvergence(ctx context.Context, r *report, env *testenv.Env) error {
+	const section = "4. Exposure convergence with the real cilium-operator (L2, pinned VIP)"
+	c := env.Client
+	goals := map[int]time.Duration{3: time.Second, 1000: 2 * time.Second}
+	for i, n := range []int{3, 100, 1000} {
+		exp := exposureWithEndpoints(fmt.Sprintf("bench-%d", n), fmt.Sprintf("198.18.0.%d", i+1), n)
+		start := time.Now()
+		if err := c.Create(ctx, exp); err != nil {
+			return err
+		}
+		if err := testenv.WaitFor(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) { return succeeded(ctx, c, exp) }); err != nil {
+			return fmt.Errorf("exposure with %d endpoints: %w", n, err)
+		}
+		took := time.Since(start)
+		res := Result{Section: section, Name: fmt.Sprintf("create -> Succeeded with VIP, %d endpoints", n), Value: float64(took.Milliseconds()), Unit: "ms"}
+		if goal, ok := goals[n]; ok {
+			res.Goal, res.Met = "< "+goal.String(), met(took < goal)
+		}
+		r.add(res)
+
+		// An endpoint change, as gardenlet makes it when a control-plane node goes: until the slices have it.
+		start = time.Now()
+		patch := client.MergeFrom(exp.DeepCopy())
+		exp.Spec.Endpoints = exp.Spec.Endpoints[:n-1]
+		exp.Annotations = map[string]string{v1beta1constants.GardenerOperation: v1beta1constants.GardenerOperationReconcile}
+		if err := c.Patch(ctx, exp, patch); err != nil {
+			return err
+		}
+		if err := testenv.WaitFor(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
+			slices := &discoveryv1.EndpointSliceList{}
+			if err := c.List(ctx, slices, client.MatchingLabels(resources.Labels(exp.Name, exp.Namespace))); err != nil {
+				return false, err
+			}
+			count := 0
+			for _, s := range slices.Items {
+				count += len(s.Endpoints)
+			}
+			return count == n-1, nil
+		}); err != nil {
+			return err
+		}
+		r.add(Result{Section: section, Name: fmt.Sprintf("endpoint change -> slices, %d endpoints", n), Value: float64(time.Since(start).Milliseconds()), Unit: "ms"})
+	}
+
+	const many = 100
+	var exps []*extensionsv1alpha1.SelfHostedShootExposure
+	start := time.Now()
+	for i := range many {
+		exp := exposureWithEndpoints(fmt.Sprintf("many-%d", i), fmt.Sprintf("198.18.1.%d", i+1), 3)
+		if err := c.Create(ctx, exp); err != nil {
+			return err
+		}
+		exps = append(exps, exp)
+	}
+	if err := testenv.WaitFor(ctx, 5*time.Minute, func(ctx context.Context) (bool, error) {
+		for _, exp := range exps {
+			if ok, err := succeeded(ctx, c, exp); !ok || err != nil {
+				return false, err
+			}
+		}
+		return true, nil
+	}); err != nil {
+		return fmt.Errorf("%d exposures at once: %w", many, err)
+	}
+	r.add(Result{Section: section, Name: fmt.Sprintf("%d exposures created at once -> all Succeeded", many), Value: float64(time.Since(start).Milliseconds()), Unit: "ms"})
+	return nil
+}

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	extensionswebhook "github.com/gardener/gardener/extensions/pkg/webhook"
+	"github.com/gardener/gardener/extensions/pkg/webhook/certificates"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/webhook/apiserveraccess"
+)
+
+// webhookServer is controller-runtime's webhook server, as the extension runs it, serving the agent webhook and a
+// handler that only answers allowed, with a certificate from Gardener's unmanaged certificate generation.
+type webhookServer struct {
+	url      string
+	caBundle []byte
+	cancel   context.CancelFunc
+}
+
+// startWebhookServerInTempDir starts the server with its certificate in a temporary directory; stop removes both.
+func startWebhookServerInTempDir(f *fixture) (ws *webhookServer, stop func(), err error) {
+	dir, err := os.MkdirTemp("", "bench-webhook-")
+	if err != nil {
+		return nil, nil, err
+	}
+	if ws, err = startWebhookServer(f, dir); err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return ws, func() { ws.cancel(); os.RemoveAll(dir) }, nil
+}
+
+func startWebhookServer(f *fixture, dir string) (*webhookServer, error) {
+	port, err := testenv.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	host := "127.0.0.1:" + strconv.Itoa(port)
+	caBundle, err := certificates.GenerateUnmanagedCertificates("bench", false, dir, extensionswebhook.ModeURL, host)
+	if err != nil {
+		return nil, err
+	}
+	server := webhook.NewServer(webhook.Options{Host: "127.0.0.1", Port: port, CertDir: dir})
+	server.Register("/"+apiserveraccess.AgentWebhookName, f.webhooks[apiserveraccess.AgentWebhookName].Webhook)
+	server.Register("/allow", &admission.Webhook{Handler: f.allowOnly})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { _ = server.Start(ctx) }()
+	ws := &webhookServer{url: "https://" + host, caBundle: caBundle, cancel: cancel}
+	if err := testenv.WaitFor(ctx, 10*time.Second, func(context.Context) (bool, error) {
+		return server.StartedChecker()(nil) == nil, nil
+	}); err != nil {
+		cancel()
+		return nil, err
+	}
+	return ws, nil
+}
+
+type loadResult struct {
+	latencies []time.Duration
+	errors    int
+	elapsed   time.Duration
+}
+
+func (l loadResult) percentile(p float64) time.Duration {
+	if len(l.latencies) == 0 {
+		return 0
+	}
+	return l.latencies[min(len(l.latencies)-1, int(float64(len(l.latencies))*p))]
+}
+
+// load sends count AdmissionReviews (pods on control-plane and worker nodes, alternating) to path with clients
+// concurrent clients over HTTPS, as kube-apiserver would.
+func load(ws *webhookServer, f *fixture, path string, clients, count int) loadResult {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ws.caBundle)
+	httpClient := &http.Client{Transport: &http.Transport{
+		TLSClientConfig:     &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+		MaxIdleConnsPerHost: clients,
+	}}
+	var bodies [][]byte
+	for _, node := range []string{"cp-1", "worker-0"} {
+		req := f.request(ciliumchart.DaemonSetPod(f.rendered.Agent, node))
+		review := admissionv1.AdmissionReview{Request: &req.AdmissionRequest}
+		review.APIVersion, review.Kind = "admission.k8s.io/v1", "AdmissionReview"
+		b, _ := json.Marshal(review)
+		bodies = append(bodies, b)
+	}
+
+	var (
+		mu  sync.Mutex
+		res loadResult
+		wg  sync.WaitGroup
+	)
+	start := time.Now()
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var local []time.Duration
+			errs := 0
+			for i := c; i < count; i += clients {
+				t0 := time.Now()
+				resp, err := httpClient.Post(ws.url+path, "application/json", bytes.NewReader(bodies[i%len(bodies)]))
+				if err != nil {
+					errs++
+					continue
+				}
+				var out admissionv1.AdmissionReview
+				err = json.NewDecoder(resp.Body).Decode(&out)
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != http.StatusOK || out.Response == nil || !out.Response.Allowed {
+					errs++
+					continue
+				}
+				local = append(local, time.Since(t0))
+			}
+			mu.Lock()
+			res.latencies = append(res.latencies, local...)
+			res.errors += errs
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	res.elapsed = time.Since(start)
+	slices.Sort(res.latencies)
+	return res
+}
+
+func httpsLoad(r *report, f *fixture) error {
+	const section = "2. Admission over HTTPS (controller-runtime webhook server, agent pods on control-plane and worker nodes)"
+	ws, stop, err := startWebhookServerInTempDir(f)
+	if err != nil {
+		return err
+	}
+	defer stop()
+
+	const clients, count = 16, 8000
+	load(ws, f, "/allow", clients, 1000) // warm up connections and both handlers
+	load(ws, f, "/"+apiserveraccess.AgentWebhookName, clients, 1000)
+	floor := load(ws, f, "/allow", clients, count)
+	ours := load(ws, f, "/"+apiserveraccess.AgentWebhookName, clients, count)
+
+	name := fmt.Sprintf("%d clients, %d requests", clients, count)
+	baseline := "same server, handler answering allowed"
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	r.add(Result{Section: section, Name: "p50 latency, " + name, Value: ms(ours.percentile(0.50)), Unit: "ms", Baseline: ms(floor.percentile(0.50)), BaselineName: baseline})
+	p99ok := ours.percentile(0.99) <= 2*floor.percentile(0.99)
+	r.add(Result{Section: section, Name: "p99 latency, " + name, Value: ms(ours.percentile(0.99)), Unit: "ms", Baseline: ms(floor.percentile(0.99)), BaselineName: baseline,
+		Goal: "<= 2x the floor", Met: met(p99ok)})
+	r.add(Result{Section: section, Name: "max latency, " + name, Value: ms(ours.percentile(1)), Unit: "ms", Baseline: ms(floor.percentile(1)), BaselineName: baseline})
+	r.add(Result{Section: section, Name: "throughput, " + name, Value: float64(len(ours.latencies)) / ours.elapsed.Seconds(), Unit: "req/s",
+		Baseline: float64(len(floor.latencies)) / floor.elapsed.Seconds(), BaselineName: baseline})
+	r.add(Result{Section: section, Name: "errors, " + name, Value: float64(ours.errors), Unit: "", Baseline: float64(floor.errors), BaselineName: baseline,
+		Goal: "zero", Met: met(ours.errors == 0)})
+	return nil
+}

@@ -1,0 +1,152 @@
+// Command bench measures the webhook and the exposure against their floors, side by side, and writes a Markdown table
+// and JSON under bench/results (make bench).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumoperator"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/webhook/apiserveraccess"
+)
+
+var admissionLogger = logf.Log.WithName("bench")
+
+func main() {
+	out := flag.String("out", "bench/results", "where to write the results")
+	version := flag.String("cilium-version", "1.19.7", "the Cilium chart and operator")
+	rerender := flag.String("render", "", "only write the Markdown of an earlier JSON result")
+	flag.Parse()
+	if *rerender != "" {
+		if err := renderJSON(*rerender, *out); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
+	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
+
+	r := &report{Date: time.Now().UTC().Format("2006-01-02 15:04 MST"), Machine: machine()}
+	if err := run(r, *version); err != nil {
+		fmt.Fprintln(os.Stderr, "bench failed:", err)
+		os.Exit(1)
+	}
+	path, err := r.write(*out)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println("results:", path)
+}
+
+func run(r *report, version string) error {
+	f, err := newFixture(version)
+	if err != nil {
+		return err
+	}
+	fmt.Println("==> 1. mutator micro-benchmarks")
+	microBenchmarks(r, f)
+	fmt.Println("==> 2. admission over HTTPS")
+	if err := httpsLoad(r, f); err != nil {
+		return err
+	}
+	return inCluster(r, f)
+}
+
+// inCluster runs the sections that need the control plane: the extension binary with its production flags (as the
+// chart's ServiceAccount) and Cilium's real operator.
+func inCluster(r *report, f *fixture) error {
+	ctx := context.Background()
+	env, err := testenv.Start()
+	if err != nil {
+		return err
+	}
+	defer env.Stop()
+	shoot := fixtures.WithExposureConfig(fixtures.Shoot(true), fixtures.ExposureConfigL2)
+	if err := env.CreateSelfHostedShoot(ctx, shoot); err != nil {
+		return err
+	}
+	kubeconfig, err := env.ApplyChartRBAC(ctx)
+	if err != nil {
+		return err
+	}
+	binary, err := testenv.BuildExtension(env.Dir)
+	if err != nil {
+		return err
+	}
+	port, err := testenv.FreePort()
+	if err != nil {
+		return err
+	}
+	extension, err := env.StartExtension(binary, env.ExtensionFlags(kubeconfig, testenv.ExtensionNamespace, port))
+	if err != nil {
+		return err
+	}
+	defer extension.Stop(ctx)
+	if err := env.WaitForExtension(ctx, len(apiserveraccess.WebhookNames), extension); err != nil {
+		return fmt.Errorf("%w\n%s", err, extension.Log())
+	}
+	time.Sleep(2 * time.Second)
+	memory(r, extension.Pid(), "idle")
+
+	// Cilium's chart once the webhook is registered, as gardenadm orders it: the extension starts before the network.
+	for _, obj := range f.rendered.All {
+		if err := env.Client.Create(ctx, obj.DeepCopyObject().(client.Object)); err != nil {
+			return err
+		}
+	}
+
+	ws, stop, err := startWebhookServerInTempDir(f)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	fmt.Println("==> 3. pod creation through kube-apiserver")
+	if err := throughAPIServer(ctx, r, env, f, ws, 200); err != nil {
+		return err
+	}
+	memory(r, extension.Pid(), "after section 3 (600 pods admitted)")
+
+	operator, err := ciliumoperator.Start(ctx, env, nil)
+	if err != nil {
+		return err
+	}
+	defer operator.Stop(ctx)
+	fmt.Println("==> 4. exposure convergence with the real cilium-operator")
+	if err := exposureConvergence(ctx, r, env); err != nil {
+		return fmt.Errorf("%w\n--- extension log (tail) ---\n%s", err, tail(extension.Log(), 30))
+	}
+	memory(r, extension.Pid(), "after section 4 (103 exposures, up to 1000 endpoints)")
+	return nil
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// renderJSON rewrites the Markdown of a JSON result, e.g. after its notes were edited.
+func renderJSON(path, out string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	r := &report{}
+	if err := json.Unmarshal(b, r); err != nil {
+		return err
+	}
+	_, err = r.write(out)
+	return err
+}
