@@ -83,6 +83,12 @@ func (p *Process) Log() string {
 	return string(b)
 }
 
+// Kill ends the process at once and waits for it.
+func (p *Process) Kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
 // Stop ends the process the way the kubelet does: SIGTERM, then SIGKILL after a grace period.
 func (p *Process) Stop(ctx context.Context) {
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)

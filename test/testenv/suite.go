@@ -67,14 +67,14 @@ func runSuite(m *testing.M, shoot *gardencorev1beta1.Shoot, setup Setup) (int, e
 	if err != nil {
 		return 1, err
 	}
-	extension, err := env.StartExtension(binary, env.ExtensionFlags(kubeconfig, ExtensionNamespace, port))
-	if err != nil {
+	env.extensionCommand = append([]string{binary}, env.ExtensionFlags(kubeconfig, ExtensionNamespace, port)...)
+	if env.Extension, err = env.StartExtension(binary, env.extensionCommand[1:]); err != nil {
 		return 1, err
 	}
-	defer extension.Stop(ctx)
+	defer func() { env.Extension.Stop(ctx) }()
 
-	if err := env.WaitForExtension(ctx, len(apiserveraccess.WebhookNames), extension); err != nil {
-		return 1, fmt.Errorf("%w\n--- extension log ---\n%s", err, extension.Log())
+	if err := env.WaitForExtension(ctx, len(apiserveraccess.WebhookNames), env.Extension); err != nil {
+		return 1, fmt.Errorf("%w\n--- extension log ---\n%s", err, env.Extension.Log())
 	}
 	cleanup, err := setup(ctx, env)
 	if err != nil {
@@ -82,12 +82,37 @@ func runSuite(m *testing.M, shoot *gardencorev1beta1.Shoot, setup Setup) (int, e
 	}
 	defer cleanup()
 	code := m.Run()
-	if lines := Forbidden(extension.Log()); len(lines) > 0 {
+	if lines := Forbidden(env.extensionLogs.String() + env.Extension.Log()); len(lines) > 0 {
 		fmt.Fprintf(os.Stderr, "FAIL: the chart's RBAC refused the extension:\n%s\n", strings.Join(lines, "\n"))
 		code = 1
 	}
 	if code != 0 {
-		fmt.Fprintf(os.Stderr, "--- extension log ---\n%s", extension.Log())
+		fmt.Fprintf(os.Stderr, "--- extension log ---\n%s%s", env.extensionLogs.String(), env.Extension.Log())
 	}
 	return code, nil
+}
+
+// RestartExtension stops the extension started by RunSuite, abruptly (as a node failure or an OOM kill does) or
+// gracefully, and starts it again with the same flags. It does not wait for the new process to lead: tests wait for
+// what they need.
+func (e *Env) RestartExtension(ctx context.Context, kill bool) error {
+	e.StopExtension(ctx, kill)
+	return e.StartExtensionAgain()
+}
+
+// StopExtension stops the extension started by RunSuite, abruptly (SIGKILL) or gracefully (SIGTERM).
+func (e *Env) StopExtension(ctx context.Context, kill bool) {
+	if kill {
+		e.Extension.Kill()
+	} else {
+		e.Extension.Stop(ctx)
+	}
+}
+
+// StartExtensionAgain starts the stopped extension with the same flags, keeping the earlier log.
+func (e *Env) StartExtensionAgain() error {
+	e.extensionLogs.WriteString(e.Extension.Log() + "--- restarted ---\n")
+	var err error
+	e.Extension, err = e.StartExtension(e.extensionCommand[0], e.extensionCommand[1:])
+	return err
 }

@@ -31,6 +31,12 @@ type Env struct {
 	Kubeconfig string
 	// Dir is a scratch directory removed by Stop.
 	Dir string
+
+	// Extension is the extension process that RunSuite started.
+	Extension *Process
+	// extensionCommand is its binary and flags, for RestartExtension; extensionLogs the logs of earlier processes.
+	extensionCommand []string
+	extensionLogs    strings.Builder
 }
 
 // GardenerCRDs are the CRDs of Gardener's seed API that the extension reads or writes.

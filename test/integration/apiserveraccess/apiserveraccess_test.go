@@ -335,3 +335,51 @@ func TestWebhookServesTLS12AndNewerOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestWebhookDown: with the extension down, Cilium pods are still admitted (failurePolicy Ignore) and, from the
+// mutated template, still avoid the external name; once it is back, the next admission pins the pod again.
+func TestWebhookDown(t *testing.T) {
+	ctx := context.Background()
+	agent := &appsv1.DaemonSet{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: cilium.Namespace, Name: "cilium"}, agent); err != nil {
+		t.Fatalf("the agent DaemonSet of TestCiliumIsPinned: %v", err)
+	}
+	env.StopExtension(ctx, false)
+	restarted := false
+	defer func() {
+		if !restarted {
+			_ = env.StartExtensionAgain()
+		}
+	}()
+
+	cms := endpoints(t)
+	for _, node := range []string{"cp-2", "worker-1"} {
+		pod := ciliumchart.DaemonSetPod(agent, node)
+		start := time.Now()
+		if err := env.Client.Create(ctx, pod); err != nil {
+			t.Fatalf("a pod on %s was not admitted while the webhook was down: %v", node, err)
+		}
+		t.Logf("pod on %s admitted without the webhook in %s", node, time.Since(start).Round(time.Millisecond))
+		// Without the webhook every pod gets the template's values: the control-plane IPs, never the external name.
+		for _, p := range ciliumchart.VerifyEnv(&pod.Spec, &agent.Spec.Template.Spec, expected(false), cms) {
+			t.Errorf("pod on %s while the webhook was down: %s", node, p)
+		}
+	}
+
+	if err := env.StartExtensionAgain(); err != nil {
+		t.Fatal(err)
+	}
+	restarted = true
+	rendered, err := ciliumchart.Render(version, ciliumchart.Values(version))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntilMutating(t, rendered.Agent)
+	pod := ciliumchart.DaemonSetPod(agent, "cp-2")
+	if err := env.Client.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ciliumchart.VerifyEnv(&pod.Spec, &agent.Spec.Template.Spec, expected(true), cms) {
+		t.Errorf("pod on cp-2 once the webhook is back: %s", p)
+	}
+}

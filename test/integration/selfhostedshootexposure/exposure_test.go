@@ -297,3 +297,97 @@ func TestDeletionTouchesOnlyItsOwnObjects(t *testing.T) {
 		}
 	}
 }
+
+// TestConflictingWriters: a user edits the exposure's Service and pool; the next reconciliation restores the fields the
+// extension owns (server-side apply, forced) and leaves the user's own fields.
+func TestConflictingWriters(t *testing.T) {
+	ctx := context.Background()
+	createCiliumConfig(t)
+	exp := fixtures.Exposure("conflicts", fixtures.Nodes())
+	exp.Spec.ProviderConfig = &runtime.RawExtension{Raw: []byte(strings.NewReplacer(
+		"192.0.2.0/28", "192.0.2.48/28", fixtures.ExposureVIP, "192.0.2.50").Replace(fixtures.ExposureConfigL2))}
+	if err := env.Client.Create(ctx, exp); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = env.Client.Delete(ctx, exp) }()
+	waitForState(t, exp, gardencorev1beta1.LastOperationStateSucceeded)
+
+	svc := &corev1.Service{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: resources.ServiceName(exp.Name)}, svc); err != nil {
+		t.Fatal(err)
+	}
+	svc.Labels["team"] = "network"
+	svc.Spec.AllocateLoadBalancerNodePorts = new(true)
+	if err := env.Client.Update(ctx, svc, client.FieldOwner("kubectl-edit")); err != nil {
+		t.Fatal(err)
+	}
+	pool := &ciliumv2.CiliumLoadBalancerIPPool{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: "cilium-exposure-kube-system-conflicts"}, pool); err != nil {
+		t.Fatal(err)
+	}
+	pool.Annotations = map[string]string{"note": "checked by the network team"}
+	pool.Spec.Blocks = []ciliumv2.CiliumLoadBalancerIPPoolIPBlock{{Cidr: "203.0.113.0/24"}}
+	if err := env.Client.Update(ctx, pool, client.FieldOwner("kubectl-edit")); err != nil {
+		t.Fatal(err)
+	}
+
+	reconcile(t, exp, func(*extensionsv1alpha1.SelfHostedShootExposure) {})
+	waitForState(t, exp, gardencorev1beta1.LastOperationStateSucceeded)
+
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(svc), svc); err != nil {
+		t.Fatal(err)
+	}
+	if svc.Spec.AllocateLoadBalancerNodePorts == nil || *svc.Spec.AllocateLoadBalancerNodePorts || svc.Labels["team"] != "network" {
+		t.Errorf("Service: allocateLoadBalancerNodePorts %v (want false restored), label team %q (want the user's kept)",
+			svc.Spec.AllocateLoadBalancerNodePorts, svc.Labels["team"])
+	}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool); err != nil {
+		t.Fatal(err)
+	}
+	if len(pool.Spec.Blocks) != 1 || pool.Spec.Blocks[0].Cidr != "192.0.2.48/28" || pool.Annotations["note"] == "" {
+		t.Errorf("pool: blocks %v (want ours restored), annotations %v (want the user's kept)", pool.Spec.Blocks, pool.Annotations)
+	}
+}
+
+// TestExtensionRestartMidReconcileAndMidDelete: the extension killed while it creates and while it deletes an
+// exposure converges after a restart, with no duplicate or orphaned objects.
+func TestExtensionRestartMidReconcileAndMidDelete(t *testing.T) {
+	ctx := context.Background()
+	createCiliumConfig(t)
+	exp := fixtures.Exposure("restarts", fixtures.Nodes())
+	exp.Spec.ProviderConfig = &runtime.RawExtension{Raw: []byte(strings.NewReplacer(
+		"192.0.2.0/28", "192.0.2.64/28", fixtures.ExposureVIP, "192.0.2.66").Replace(fixtures.ExposureConfigL2))}
+	if err := env.Client.Create(ctx, exp); err != nil {
+		t.Fatal(err)
+	}
+	// Kill it as soon as it has started on the exposure (its finalizer is the first thing it writes).
+	if err := testenv.WaitFor(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(exp), exp)
+		return len(exp.Finalizers) > 0, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.RestartExtension(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	waitForState(t, exp, gardencorev1beta1.LastOperationStateSucceeded)
+	if got, want := owned(t, exp), map[string]int{"Service": 1, "EndpointSlice": 1, "CiliumLoadBalancerIPPool": 1, "CiliumL2AnnouncementPolicy": 1}; !equalCounts(got, want) {
+		t.Errorf("after a restart mid-reconcile: %v, want %v", got, want)
+	}
+
+	if err := env.Client.Delete(ctx, exp); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.RestartExtension(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := testenv.WaitFor(ctx, 90*time.Second, func(ctx context.Context) (bool, error) {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(exp), exp)
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	}); err != nil {
+		t.Fatalf("the exposure was not released after a restart mid-delete: %v", err)
+	}
+	if got := owned(t, exp); len(got) != 0 {
+		t.Errorf("orphans after a restart mid-delete: %v", got)
+	}
+}
