@@ -32,6 +32,9 @@ type Env struct {
 	// Dir is a scratch directory removed by Stop.
 	Dir string
 
+	// MetricsAddress and HealthAddress are where the extension serves metrics and health probes: free loopback ports.
+	MetricsAddress, HealthAddress string
+
 	// Extension is the extension process that RunSuite started.
 	Extension *Process
 	// extensionCommand is its binary and flags, for RestartExtension; extensionLogs the logs of earlier processes.
@@ -107,6 +110,14 @@ func Start() (*Env, error) {
 		return nil, fmt.Errorf("starting envtest: %w", err)
 	}
 	e := &Env{Environment: env, Config: cfg, Dir: dir}
+	for _, addr := range []*string{&e.MetricsAddress, &e.HealthAddress} {
+		port, err := FreePort()
+		if err != nil {
+			e.Stop()
+			return nil, err
+		}
+		*addr = "127.0.0.1:" + strconv.Itoa(port)
+	}
 	if e.Client, err = client.New(cfg, client.Options{Scheme: scheme.New()}); err != nil {
 		e.Stop()
 		return nil, err
@@ -162,8 +173,8 @@ func (e *Env) ExtensionFlags(kubeconfig, namespace string, webhookPort int) []st
 		"--webhook-config-cert-dir=" + filepath.Join(e.Dir, "webhook-certs"),
 		"--leader-election=true",
 		"--leader-election-namespace=" + namespace,
-		"--metrics-bind-address=0",
-		"--health-bind-address=127.0.0.1:0",
+		"--metrics-bind-address=" + e.MetricsAddress,
+		"--health-bind-address=" + e.HealthAddress,
 		"--log-format=text",
 	}
 }

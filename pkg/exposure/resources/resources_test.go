@@ -255,28 +255,31 @@ func TestBuildCustomNodeSelector(t *testing.T) {
 }
 
 func TestBuildSplitsEndpointSlices(t *testing.T) {
-	var endpoints []extensionsv1alpha1.ControlPlaneEndpoint
-	for i := range 1500 {
-		endpoints = append(endpoints, endpoint(fmt.Sprintf("cp-%d", i), internal(fmt.Sprintf("10.%d.%d.%d", i/65536, i/256%256, i%256))))
-	}
-	objs, err := Build(input([]validation.Family{validation.IPv4}, l2Config("192.0.2.10/32"), endpoints...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(objs.EndpointSlices) != 2 || len(objs.EndpointSlices[0].Endpoints) != 1000 || len(objs.EndpointSlices[1].Endpoints) != 500 {
-		t.Fatalf("want 1000 + 500 endpoints, got %d slices", len(objs.EndpointSlices))
-	}
-	if objs.EndpointSlices[0].Name == objs.EndpointSlices[1].Name {
-		t.Error("slices share a name")
-	}
-	seen := map[string]bool{}
-	for _, s := range objs.EndpointSlices {
-		for _, e := range s.Endpoints {
-			seen[e.Addresses[0]] = true
+	for _, n := range []int{1500, 5000} {
+		var endpoints []extensionsv1alpha1.ControlPlaneEndpoint
+		for i := range n {
+			endpoints = append(endpoints, endpoint(fmt.Sprintf("cp-%d", i), internal(fmt.Sprintf("10.%d.%d.%d", i/65536, i/256%256, i%256))))
 		}
-	}
-	if len(seen) != 1500 {
-		t.Errorf("%d distinct endpoints, want 1500", len(seen))
+		objs, err := Build(input([]validation.Family{validation.IPv4}, l2Config("192.0.2.10/32"), endpoints...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := (n + 999) / 1000; len(objs.EndpointSlices) != want {
+			t.Fatalf("%d endpoints: %d slices, want %d", n, len(objs.EndpointSlices), want)
+		}
+		seen, names := map[string]bool{}, map[string]bool{}
+		for i, s := range objs.EndpointSlices {
+			if len(s.Endpoints) > 1000 || (i < len(objs.EndpointSlices)-1 && len(s.Endpoints) != 1000) {
+				t.Errorf("%d endpoints: slice %d holds %d", n, i, len(s.Endpoints))
+			}
+			names[s.Name] = true
+			for _, e := range s.Endpoints {
+				seen[e.Addresses[0]] = true
+			}
+		}
+		if len(seen) != n || len(names) != len(objs.EndpointSlices) {
+			t.Errorf("%d endpoints: %d distinct addresses in %d distinct slices", n, len(seen), len(names))
+		}
 	}
 }
 

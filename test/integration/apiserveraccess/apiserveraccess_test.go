@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"net"
+	"net/http"
 	"net/url"
 	"slices"
 	"strings"
@@ -381,5 +383,38 @@ func TestWebhookDown(t *testing.T) {
 	}
 	for _, p := range ciliumchart.VerifyEnv(&pod.Spec, &agent.Spec.Template.Spec, expected(true), cms) {
 		t.Errorf("pod on cp-2 once the webhook is back: %s", p)
+	}
+}
+
+// TestMetricsAndHealthBindAsConfigured: the endpoints answer on the configured loopback addresses and nowhere else.
+func TestMetricsAndHealthBindAsConfigured(t *testing.T) {
+	for path, addr := range map[string]string{"/metrics": env.MetricsAddress, "/healthz": env.HealthAddress, "/readyz": env.HealthAddress} {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Errorf("%s on %s: %v", path, addr, err)
+			continue
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s on %s: %s", path, addr, resp.Status)
+		}
+	}
+	// The same ports on the machine's other addresses refuse connections.
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		ip, _, err := net.ParseCIDR(a.String())
+		if err != nil || ip.IsLoopback() || ip.IsLinkLocalUnicast() {
+			continue
+		}
+		for _, bound := range []string{env.MetricsAddress, env.HealthAddress} {
+			_, port, _ := net.SplitHostPort(bound)
+			if conn, err := net.DialTimeout("tcp", net.JoinHostPort(ip.String(), port), time.Second); err == nil {
+				conn.Close()
+				t.Errorf("port %s also answers on %s", port, ip)
+			}
+		}
 	}
 }
