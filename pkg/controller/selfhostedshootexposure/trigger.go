@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
 	v1beta1constants "github.com/gardener/gardener/pkg/apis/core/v1beta1/constants"
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 
@@ -61,6 +62,10 @@ func (t *serviceTrigger) Reconcile(ctx context.Context, req reconcile.Request) (
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if exp.Spec.Type != Type || exp.DeletionTimestamp != nil || exp.Annotations[v1beta1constants.GardenerOperation] != "" {
+		return reconcile.Result{}, nil
+	}
+	// A reconciliation in progress reads the VIP itself; asking for another one would only repeat it.
+	if op := exp.Status.LastOperation; op == nil || op.State == gardencorev1beta1.LastOperationStateProcessing {
 		return reconcile.Result{}, nil
 	}
 	svc := &corev1.Service{}
