@@ -21,7 +21,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
@@ -259,10 +258,7 @@ func (d *demo) exposure(ctx context.Context) ([]string, error) {
 	if err := c.Delete(ctx, exp); err != nil {
 		return nil, err
 	}
-	if err := testenv.WaitFor(ctx, time.Minute, func(ctx context.Context) (bool, error) {
-		err := c.Get(ctx, client.ObjectKeyFromObject(exp), &extensionsv1alpha1.SelfHostedShootExposure{})
-		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
-	}); err != nil {
+	if err := d.env.WaitUntilGone(ctx, exp, time.Minute); err != nil {
 		return nil, fmt.Errorf("the exposure was not deleted: %w", err)
 	}
 	left, err := d.env.Owned(ctx, exp.Namespace, exp.Name)

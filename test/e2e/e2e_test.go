@@ -11,7 +11,6 @@ import (
 
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -77,10 +76,7 @@ func deleteExposure(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposur
 		t.Error(err)
 		return
 	}
-	if err := testenv.WaitFor(ctx, time.Minute, func(ctx context.Context) (bool, error) {
-		err := env.Client.Get(ctx, client.ObjectKeyFromObject(exp), &extensionsv1alpha1.SelfHostedShootExposure{})
-		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
-	}); err != nil {
+	if err := env.WaitUntilGone(ctx, exp, time.Minute); err != nil {
 		t.Errorf("exposure %s was not deleted: %v", exp.Name, err)
 	}
 }

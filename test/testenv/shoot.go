@@ -92,3 +92,11 @@ func (e *Env) WaitForExtension(ctx context.Context, webhooks int, extension *Pro
 		return true, nil
 	})
 }
+
+// WaitUntilGone waits until obj no longer exists, e.g. until Gardener's reconciler released an exposure's finalizer.
+func (e *Env) WaitUntilGone(ctx context.Context, obj client.Object, timeout time.Duration) error {
+	return WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		err := e.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj.DeepCopyObject().(client.Object))
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+}

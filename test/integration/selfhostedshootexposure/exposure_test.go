@@ -185,10 +185,7 @@ func TestExposureLifecycle(t *testing.T) {
 	if err := env.Client.Delete(ctx, exp); err != nil {
 		t.Fatal(err)
 	}
-	if err := testenv.WaitFor(ctx, 45*time.Second, func(ctx context.Context) (bool, error) {
-		err := env.Client.Get(ctx, client.ObjectKeyFromObject(exp), exp)
-		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
-	}); err != nil {
+	if err := env.WaitUntilGone(ctx, exp, 45*time.Second); err != nil {
 		t.Fatalf("the exposure was not released: %v", err)
 	}
 	if got := owned(t, exp); len(got) != 0 {
@@ -273,10 +270,7 @@ func TestDeletionTouchesOnlyItsOwnObjects(t *testing.T) {
 	if err := env.Client.Delete(ctx, alpha); err != nil {
 		t.Fatal(err)
 	}
-	if err := testenv.WaitFor(ctx, 45*time.Second, func(ctx context.Context) (bool, error) {
-		err := env.Client.Get(ctx, client.ObjectKeyFromObject(alpha), alpha)
-		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
-	}); err != nil {
+	if err := env.WaitUntilGone(ctx, alpha, 45*time.Second); err != nil {
 		t.Fatalf("alpha was not released: %v", err)
 	}
 	if got := owned(t, alpha); len(got) != 0 {
@@ -381,10 +375,7 @@ func TestExtensionRestartMidReconcileAndMidDelete(t *testing.T) {
 	if err := env.RestartExtension(ctx, true); err != nil {
 		t.Fatal(err)
 	}
-	if err := testenv.WaitFor(ctx, 90*time.Second, func(ctx context.Context) (bool, error) {
-		err := env.Client.Get(ctx, client.ObjectKeyFromObject(exp), exp)
-		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
-	}); err != nil {
+	if err := env.WaitUntilGone(ctx, exp, 90*time.Second); err != nil {
 		t.Fatalf("the exposure was not released after a restart mid-delete: %v", err)
 	}
 	if got := owned(t, exp); len(got) != 0 {
