@@ -193,24 +193,21 @@ func (d *demo) ciliumAgents(ctx context.Context, version string) ([]string, erro
 	return problems, nil
 }
 
-// resolved is the API server environment of the agent container as the kubelet would resolve it, and where the host
-// comes from: a literal set at admission, or the endpoints ConfigMap that the template references.
+// resolved is the API server environment of the agent container as the kubelet would resolve it, and where it comes
+// from: literals set at admission, or the endpoints ConfigMap that the template references.
 func resolved(pod *corev1.Pod, endpoints *corev1.ConfigMap) (map[string]string, string) {
-	out, from := map[string]string{}, "pod env (set at admission)"
 	i := slices.IndexFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == cilium.AgentContainerName })
 	if i < 0 {
-		return out, "no agent container"
+		return map[string]string{}, "no agent container"
 	}
-	for _, e := range pod.Spec.Containers[i].Env {
-		switch {
-		case e.ValueFrom == nil:
-			out[e.Name] = e.Value
-		case e.ValueFrom.ConfigMapKeyRef != nil && e.ValueFrom.ConfigMapKeyRef.Name == endpoints.Name:
-			out[e.Name] = endpoints.Data[e.ValueFrom.ConfigMapKeyRef.Key]
-			from = "ConfigMap " + endpoints.Name
-		}
+	env := pod.Spec.Containers[i].Env
+	from := "pod env (set at admission)"
+	if slices.ContainsFunc(env, func(e corev1.EnvVar) bool {
+		return e.ValueFrom != nil && e.ValueFrom.ConfigMapKeyRef != nil && e.ValueFrom.ConfigMapKeyRef.Name == endpoints.Name
+	}) {
+		from = "ConfigMap " + endpoints.Name
 	}
-	return out, from
+	return ciliumchart.ResolveEnv(env, map[string]map[string]string{endpoints.Name: endpoints.Data}), from
 }
 
 // exposure creates the SelfHostedShootExposure as gardenadm would, shows its VIP, objects and status, deletes it and

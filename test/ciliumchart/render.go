@@ -3,7 +3,6 @@
 package ciliumchart
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os/exec"
@@ -166,12 +165,6 @@ func DeploymentPod(d *appsv1.Deployment) *corev1.Pod {
 	pod.Namespace = d.Namespace
 	pod.GenerateName = d.Name + "-"
 	return pod
-}
-
-// Dump is a short way to show an object in a failure message.
-func Dump(obj any) string {
-	b, _ := json.MarshalIndent(obj, "", "  ")
-	return string(bytes.TrimSpace(b))
 }
 
 // PodSpec is the pod spec of a DaemonSet, Deployment or Pod.

@@ -71,7 +71,7 @@ func VerifyEnv(mutated, rendered *corev1.PodSpec, want Expected, configMaps map[
 			}
 			continue
 		}
-		got := resolve(m.Env, configMaps)
+		got := ResolveEnv(m.Env, configMaps)
 		if got[cilium.EnvServiceHost] != want.Host || got[cilium.EnvServicePort] != want.Port || got[cilium.EnvAPIServerURLs] != want.URLs {
 			problems = append(problems, fmt.Sprintf("container %s: host=%q port=%q urls=%q, want host=%q port=%q urls=%q", m.Name,
 				got[cilium.EnvServiceHost], got[cilium.EnvServicePort], got[cilium.EnvAPIServerURLs], want.Host, want.Port, want.URLs))
@@ -100,9 +100,9 @@ func otherEnv(env []corev1.EnvVar) []corev1.EnvVar {
 	return slices.DeleteFunc(slices.Clone(env), func(e corev1.EnvVar) bool { return slices.Contains(apiServerVars, e.Name) })
 }
 
-// resolve evaluates env as the kubelet would for the variables of interest: literal values, and ConfigMap keys from
-// configMaps (an optional reference to a missing key leaves the variable unset).
-func resolve(env []corev1.EnvVar, configMaps map[string]map[string]string) map[string]string {
+// ResolveEnv evaluates env as the kubelet would for the variables of interest: literal values, and ConfigMap keys from
+// configMaps, name -> data (an optional reference to a missing key leaves the variable unset).
+func ResolveEnv(env []corev1.EnvVar, configMaps map[string]map[string]string) map[string]string {
 	out := map[string]string{}
 	for _, e := range env {
 		switch {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -66,7 +67,7 @@ var forbidden = regexp.MustCompile(`(?i)forbidden|is not allowed|cannot (get|lis
 // Forbidden returns the lines of log in which the API server refused the extension something.
 func Forbidden(log string) []string {
 	var lines []string
-	for _, line := range regexp.MustCompile("\n").Split(log, -1) {
+	for _, line := range strings.Split(log, "\n") {
 		if forbidden.MatchString(line) {
 			lines = append(lines, line)
 		}

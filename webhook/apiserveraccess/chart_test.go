@@ -10,6 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
@@ -75,7 +76,7 @@ func (a *admitter) admit(obj client.Object) (client.Object, int) {
 	}
 	ops := 0
 	for _, wh := range a.webhooks {
-		if !matches(wh, obj, gvk.Kind) {
+		if !a.matches(wh, obj, gvk.Kind) {
 			continue
 		}
 		resp := wh.Webhook.Handle(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
@@ -113,10 +114,10 @@ func (a *admitter) admit(obj client.Object) (client.Object, int) {
 	return out, ops
 }
 
-func matches(wh *extensionswebhook.Webhook, obj client.Object, kind string) bool {
+func (a *admitter) matches(wh *extensionswebhook.Webhook, obj client.Object, kind string) bool {
 	typeMatches := false
 	for _, t := range wh.Types {
-		if gvk, _ := apiutil.GVKForObject(t.Obj, scheme.New()); gvk.Kind == kind {
+		if gvk, _ := apiutil.GVKForObject(t.Obj, a.scheme); gvk.Kind == kind {
 			typeMatches = true
 		}
 	}
@@ -130,14 +131,8 @@ func matches(wh *extensionswebhook.Webhook, obj client.Object, kind string) bool
 	if err != nil {
 		panic(err)
 	}
-	return selector.Matches(labelSet(obj.GetLabels()))
+	return selector.Matches(labels.Set(obj.GetLabels()))
 }
-
-type labelSet map[string]string
-
-func (l labelSet) Has(k string) bool              { _, ok := l[k]; return ok }
-func (l labelSet) Get(k string) string            { return l[k] }
-func (l labelSet) Lookup(k string) (string, bool) { v, ok := l[k]; return v, ok }
 
 // endpointsConfigMap is what the endpoints controller writes for the fixture nodes.
 var endpointsConfigMap = map[string]map[string]string{apiserverendpoints.ConfigMapName: {
