@@ -34,6 +34,7 @@ import (
 // options are the command's options, grouped the Gardener way.
 type options struct {
 	rest             *extensionscmdcontroller.RESTOptions
+	clientConnection *clientConnectionOptions
 	manager          *extensionscmdcontroller.ManagerOptions
 	general          *extensionscmdcontroller.GeneralOptions
 	reconcile        *extensionscmdcontroller.ReconcilerOptions
@@ -45,7 +46,8 @@ type options struct {
 
 func newOptions() *options {
 	o := &options{
-		rest: &extensionscmdcontroller.RESTOptions{},
+		rest:             &extensionscmdcontroller.RESTOptions{},
+		clientConnection: newClientConnectionOptions(),
 		manager: &extensionscmdcontroller.ManagerOptions{
 			LeaderElection:          true,
 			LeaderElectionID:        extensionscmdcontroller.LeaderElectionNameID(ExtensionName),
@@ -64,6 +66,7 @@ func newOptions() *options {
 	o.webhooks = extensionscmdwebhook.NewAddToManagerOptions(ExtensionName, "", nil, o.general,
 		&extensionscmdwebhook.ServerOptions{Namespace: os.Getenv("WEBHOOK_CONFIG_NAMESPACE")}, WebhookSwitchOptions())
 	o.optionAggregator = extensionscmdcontroller.NewOptionAggregator(
+		o.clientConnection, // before rest, so that a bad limit is reported even when no kubeconfig is found
 		o.rest,
 		o.manager,
 		o.general,
@@ -85,6 +88,7 @@ func (o *options) complete() error {
 	if err := o.optionAggregator.Complete(); err != nil {
 		return fmt.Errorf("error completing options: %w", err)
 	}
+	o.clientConnection.apply(o.rest.Completed().Config)
 	o.exposureCtrl.Completed().Apply(&selfhostedshootexposure.DefaultAddOptions.Controller)
 	selfhostedshootexposure.DefaultAddOptions.IgnoreOperationAnnotation = o.reconcile.Completed().IgnoreOperationAnnotation
 	selfhostedshootexposure.DefaultAddOptions.ExtensionClasses = slices.Clone(o.general.Completed().ExtensionClasses)

@@ -3,6 +3,7 @@ package app
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/spf13/pflag"
@@ -84,6 +85,30 @@ func TestCacheScope(t *testing.T) {
 		}
 		if secretNamespaces != tc.want {
 			t.Errorf("webhook namespace %q: Secrets cached in %q, want %q", tc.namespace, secretNamespaces, tc.want)
+		}
+	}
+}
+
+// TestClientRateLimits: the REST config gets Gardener's extension rate limits unless the flags say otherwise (client-go's
+// 5 QPS throttled every exposure reconciliation), and a limit that would stop the client is refused by name.
+func TestClientRateLimits(t *testing.T) {
+	cfg := completed(t).rest.Completed().Config
+	if cfg.QPS != 100 || cfg.Burst != 130 {
+		t.Errorf("default rate limits: QPS %v burst %d, want 100 and 130", cfg.QPS, cfg.Burst)
+	}
+	cfg = completed(t, "--kube-api-qps=20", "--kube-api-burst=40").rest.Completed().Config
+	if cfg.QPS != 20 || cfg.Burst != 40 {
+		t.Errorf("flagged rate limits: QPS %v burst %d, want 20 and 40", cfg.QPS, cfg.Burst)
+	}
+	for _, tc := range []struct{ arg, flag string }{{"--kube-api-qps=0", "--kube-api-qps"}, {"--kube-api-burst=0", "--kube-api-burst"}} {
+		o := newOptions()
+		fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+		o.optionAggregator.AddFlags(fs)
+		if err := fs.Parse([]string{tc.arg}); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.complete(); err == nil || !strings.Contains(err.Error(), tc.flag) {
+			t.Errorf("%s: error %v, want one naming %s", tc.arg, err, tc.flag)
 		}
 	}
 }

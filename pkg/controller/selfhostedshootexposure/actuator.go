@@ -92,6 +92,7 @@ func (a *actuator) Reconcile(ctx context.Context, log logr.Logger, exp *extensio
 		return nil, err
 	}
 	log.Info("Applying exposure objects", "config", config.Describe(cfg), "objects", len(objs.All()))
+	start := time.Now()
 	for _, obj := range objs.All() {
 		if err := apply(ctx, a.client, obj); err != nil {
 			return nil, fmt.Errorf("applying %s %s: %w", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), err)
@@ -100,8 +101,14 @@ func (a *actuator) Reconcile(ctx context.Context, log logr.Logger, exp *extensio
 	if err := a.deleteOwned(ctx, exp, objs.All()); err != nil {
 		return nil, err
 	}
+	log.Info("Exposure objects applied, waiting for Cilium LB-IPAM to assign the VIP", "took", time.Since(start).String())
+	start = time.Now()
 	pool, _ := validation.ParsePool(cfg.Pool, nil) // validated by config.Load
-	return a.waitForIngress(ctx, objs.Service, objs.Pool.Name, pool)
+	ingress, err := a.waitForIngress(ctx, objs.Service, objs.Pool.Name, pool)
+	if err == nil {
+		log.Info("Cilium LB-IPAM assigned the VIP", "ingress", ingress, "waited", time.Since(start).String())
+	}
+	return ingress, err
 }
 
 // replaceServiceOfOtherClass deletes the Service when the announcement changed: loadBalancerClass is immutable, so
