@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -37,7 +38,9 @@ type fixture struct {
 	webhooks  map[string]*extensionswebhook.Webhook // by name
 	noop      admission.Handler
 	allowOnly admission.Handler
-	scheme    *runtime.Scheme
+	// annotate adds one annotation: the least a webhook that changes the object makes kube-apiserver do.
+	annotate admission.Handler
+	scheme   *runtime.Scheme
 }
 
 func newFixture(version string) (*fixture, error) {
@@ -67,6 +70,9 @@ func newFixture(version string) (*fixture, error) {
 		return nil, err
 	}
 	f.allowOnly = admission.HandlerFunc(func(context.Context, admission.Request) admission.Response { return admission.Allowed("") })
+	f.annotate = admission.HandlerFunc(func(context.Context, admission.Request) admission.Response {
+		return admission.Patched("", jsonpatch.JsonPatchOperation{Operation: "add", Path: "/metadata/annotations/bench~1patched", Value: "true"})
+	})
 	return f, nil
 }
 

@@ -61,6 +61,7 @@ func startWebhookServer(f *fixture, dir string) (*webhookServer, error) {
 	server := webhook.NewServer(webhook.Options{Host: "127.0.0.1", Port: port, CertDir: dir})
 	server.Register("/"+apiserveraccess.AgentWebhookName, f.webhooks[apiserveraccess.AgentWebhookName].Webhook)
 	server.Register("/allow", &admission.Webhook{Handler: f.allowOnly})
+	server.Register("/annotate", &admission.Webhook{Handler: f.annotate})
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { _ = server.Start(ctx) }()
 	ws := &webhookServer{url: "https://" + host, caBundle: caBundle, cancel: cancel}

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,12 +24,20 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/webhook/apiserveraccess"
 )
 
-var admissionLogger = logf.Log.WithName("bench")
+var (
+	admissionLogger = logf.Log.WithName("bench")
+	// only lists the sections to run; profileDir is where CPU profiles go, none when empty.
+	only, profileDir string
+)
+
+func runs(section string) bool { return slices.Contains(strings.Split(only, ","), section) }
 
 func main() {
 	out := flag.String("out", "bench/results", "where to write the results")
 	version := flag.String("cilium-version", "1.19.7", "the Cilium chart and operator")
 	rerender := flag.String("render", "", "only write the Markdown of an earlier JSON result")
+	flag.StringVar(&only, "sections", "1,2,3,4", "the sections to run (5, memory, comes with 3 and 4)")
+	flag.StringVar(&profileDir, "profile", "", "write CPU profiles of kube-apiserver during sections 3 and 4 here")
 	flag.Parse()
 	if *rerender != "" {
 		if err := renderJSON(*rerender, *out); err != nil {
@@ -56,11 +66,18 @@ func run(r *report, version string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Println("==> 1. mutator micro-benchmarks")
-	microBenchmarks(r, f)
-	fmt.Println("==> 2. admission over HTTPS")
-	if err := httpsLoad(r, f); err != nil {
-		return err
+	if runs("1") {
+		fmt.Println("==> 1. mutator micro-benchmarks")
+		microBenchmarks(r, f)
+	}
+	if runs("2") {
+		fmt.Println("==> 2. admission over HTTPS")
+		if err := httpsLoad(r, f); err != nil {
+			return err
+		}
+	}
+	if !runs("3") && !runs("4") {
+		return nil
 	}
 	return inCluster(r, f)
 }
@@ -113,20 +130,37 @@ func inCluster(r *report, f *fixture) error {
 		return err
 	}
 	defer stop()
-	fmt.Println("==> 3. pod creation through kube-apiserver")
-	if err := throughAPIServer(ctx, r, env, f, ws, 200); err != nil {
-		return err
+	if runs("3") {
+		fmt.Println("==> 3. pod creation through kube-apiserver")
+		stopProfile := profileAPIServer(env, "section-3")
+		if err := throughAPIServer(ctx, r, env, f, ws, 200); err != nil {
+			return err
+		}
+		stopProfile()
+		memory(r, extension.Pid(), "after section 3 (pods admitted)")
 	}
-	memory(r, extension.Pid(), "after section 3 (600 pods admitted)")
+	if !runs("4") {
+		return nil
+	}
 
-	operator, err := ciliumoperator.Start(ctx, env, nil)
+	var operatorConfig map[string]string
+	if os.Getenv("BENCH_OPERATOR_DEBUG") != "" {
+		operatorConfig = map[string]string{"debug": "true"}
+	}
+	operator, err := ciliumoperator.Start(ctx, env, operatorConfig)
 	if err != nil {
 		return err
 	}
 	defer operator.Stop(ctx)
 	fmt.Println("==> 4. exposure convergence with the real cilium-operator")
+	stopProfile := profileAPIServer(env, "section-4")
 	if err := exposureConvergence(ctx, r, env); err != nil {
 		return fmt.Errorf("%w\n--- extension log (tail) ---\n%s", err, tail(extension.Log(), 30))
+	}
+	stopProfile()
+	if profileDir != "" {
+		_ = os.WriteFile(filepath.Join(profileDir, "extension.log"), []byte(extension.Log()), 0o644)
+		_ = os.WriteFile(filepath.Join(profileDir, "cilium-operator.log"), []byte(operator.Log()), 0o644)
 	}
 	memory(r, extension.Pid(), "after section 4 (103 exposures, up to 1000 endpoints)")
 	return nil
