@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
@@ -133,6 +134,20 @@ func throughAPIServer(ctx context.Context, r *report, env *testenv.Env, f *fixtu
 	r.add(Result{Section: section, Name: name + wayNoop.name, Value: noop, Unit: "ms", Baseline: none, BaselineName: "no webhook"})
 	r.add(Result{Section: section, Name: name + wayOurs.name, Value: ours, Unit: "ms", Baseline: none, BaselineName: "no webhook"})
 	return nil
+}
+
+// deleteBenchPods deletes the pods of section 3 at once: no kubelet would ever confirm a graceful deletion.
+func deleteBenchPods(ctx context.Context, env *testenv.Env) error {
+	apps := []string{}
+	for _, w := range []way{wayOurs, wayNoop, wayPatch, wayNone} {
+		apps = append(apps, w.app)
+	}
+	selector, err := labels.Parse("k8s-app in (" + strings.Join(apps, ",") + ")")
+	if err != nil {
+		return err
+	}
+	return env.Client.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace("kube-system"),
+		client.MatchingLabelsSelector{Selector: selector}, client.GracePeriodSeconds(0))
 }
 
 // rss reads the resident set (current and peak) of a process in MiB.

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 
 	"gomodules.xyz/jsonpatch/v2"
@@ -147,26 +148,34 @@ func podSpecPatch(base string, original, mutated *corev1.PodSpec) []jsonpatch.Js
 		for i := range list.mutated {
 			path := fmt.Sprintf("%s/%s/%d/", base, list.name, i)
 			o, m := list.original[i], list.mutated[i]
-			ops = appendFieldPatch(ops, path+"env", len(o.Env), len(m.Env), equality.Semantic.DeepEqual(o.Env, m.Env), m.Env)
-			ops = appendFieldPatch(ops, path+"args", len(o.Args), len(m.Args), slices.Equal(o.Args, m.Args), m.Args)
-			ops = appendFieldPatch(ops, path+"command", len(o.Command), len(m.Command), slices.Equal(o.Command, m.Command), m.Command)
+			ops = appendListPatch(ops, path+"env", o.Env, m.Env, func(a, b corev1.EnvVar) bool { return equality.Semantic.DeepEqual(a, b) })
+			ops = appendListPatch(ops, path+"args", o.Args, m.Args, func(a, b string) bool { return a == b })
+			ops = appendListPatch(ops, path+"command", o.Command, m.Command, func(a, b string) bool { return a == b })
 		}
 	}
 	return ops
 }
 
-// appendFieldPatch adds, replaces or removes a list field (empty lists are omitted in JSON).
-func appendFieldPatch(ops []jsonpatch.JsonPatchOperation, path string, originalLen, mutatedLen int, equal bool, value any) []jsonpatch.JsonPatchOperation {
+// appendListPatch adds the operations that turn the list original into mutated. A list of the same length gets one
+// replace per changed item rather than a replacement of the whole list: kube-apiserver applies the patch to the
+// encoded object, and what a patch does not reach it copies as it is, unparsed. Empty lists are omitted in JSON.
+func appendListPatch[T any](ops []jsonpatch.JsonPatchOperation, path string, original, mutated []T, equal func(a, b T) bool) []jsonpatch.JsonPatchOperation {
 	switch {
-	case equal || originalLen == 0 && mutatedLen == 0:
+	case len(original) == 0 && len(mutated) == 0:
 		return ops
-	case mutatedLen == 0:
+	case len(mutated) == 0:
 		return append(ops, jsonpatch.NewOperation("remove", path, nil))
-	case originalLen == 0:
-		return append(ops, jsonpatch.NewOperation("add", path, value))
-	default:
-		return append(ops, jsonpatch.NewOperation("replace", path, value))
+	case len(original) == 0:
+		return append(ops, jsonpatch.NewOperation("add", path, mutated))
+	case len(original) != len(mutated):
+		return append(ops, jsonpatch.NewOperation("replace", path, mutated))
 	}
+	for i := range mutated {
+		if !equal(original[i], mutated[i]) {
+			ops = append(ops, jsonpatch.NewOperation("replace", path+"/"+strconv.Itoa(i), mutated[i]))
+		}
+	}
+	return ops
 }
 
 func dataPatch(original, mutated map[string]string) []jsonpatch.JsonPatchOperation {

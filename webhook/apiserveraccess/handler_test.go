@@ -56,9 +56,14 @@ func TestPatchEqualsTheGenericDiff(t *testing.T) {
 		"args removed":   {pod(nil, []string{"--k8s-api-server=x"}), pod(nil, nil)},
 		"args shortened": {pod(nil, []string{"--a", "--k8s-api-server=x"}), pod(nil, []string{"--a"})},
 		"no change":      {pod(host, nil), pod(host, nil)},
-		"data keys":      {cm(map[string]string{"k8s-api-server": "x", "a/b~c": "1", "keep": "1"}), cm(map[string]string{"keep": "1", "a/b~c": "2", "new": "3"})},
-		"data from nil":  {cm(nil), cm(map[string]string{"enable-l2-announcements": "true"})},
-		"data to empty":  {cm(map[string]string{"k8s-api-server": "x"}), cm(map[string]string{})},
+		"one of several env replaced": {
+			pod(append([]corev1.EnvVar{{Name: "A", Value: "1"}}, host...), nil),
+			pod([]corev1.EnvVar{{Name: "A", Value: "1"}, {Name: "KUBERNETES_SERVICE_HOST", Value: "localhost"}}, nil),
+		},
+		"arg replaced in place": {pod(nil, []string{"--a", "--b=1"}), pod(nil, []string{"--a", "--b=2"})},
+		"data keys":             {cm(map[string]string{"k8s-api-server": "x", "a/b~c": "1", "keep": "1"}), cm(map[string]string{"keep": "1", "a/b~c": "2", "new": "3"})},
+		"data from nil":         {cm(nil), cm(map[string]string{"enable-l2-announcements": "true"})},
+		"data to empty":         {cm(map[string]string{"k8s-api-server": "x"}), cm(map[string]string{})},
 	} {
 		want := apply(t, tc.original, nil)
 		originalRaw, _ := json.Marshal(tc.original)
@@ -75,5 +80,19 @@ func TestPatchEqualsTheGenericDiff(t *testing.T) {
 		if name == "no change" && len(patch(tc.original, tc.mutated)) != 0 {
 			t.Errorf("no change gave a patch")
 		}
+	}
+}
+
+// TestPatchReplacesOnlyChangedItems: kube-apiserver copies what a patch does not reach without parsing it, so a list of
+// the same length is patched item by item.
+func TestPatchReplacesOnlyChangedItems(t *testing.T) {
+	env := func(host string) []corev1.EnvVar {
+		return []corev1.EnvVar{{Name: "A", Value: "1"}, {Name: "KUBERNETES_SERVICE_HOST", Value: host}, {Name: "B", Value: "2"}}
+	}
+	original := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "cilium-agent", Env: env("api")}}}}
+	mutated := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "cilium-agent", Env: env("localhost")}}}}
+	ops := patch(original, mutated)
+	if len(ops) != 1 || ops[0].Operation != "replace" || ops[0].Path != "/spec/containers/0/env/1" {
+		t.Errorf("patch %v, want one replace of /spec/containers/0/env/1", ops)
 	}
 }
