@@ -104,6 +104,14 @@ func Start() (*Env, error) {
 	}
 	// Dual-stack Service CIDRs, so that a dual-stack shoot's exposure Service is accepted (RequireDualStack).
 	env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", "10.96.0.0/16,fd00:10:96::/108")
+	// Certificates in a directory of ours: envtest generates new ones into a directory of its own on every start,
+	// which would make RestartAPIServer a different server that no client trusts.
+	apiServer := env.ControlPlane.GetAPIServer()
+	apiServer.CertDir = filepath.Join(dir, "kube-apiserver")
+	if err := os.MkdirAll(apiServer.CertDir, 0o700); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
 	cfg, err := env.Start()
 	if err != nil {
 		_ = os.RemoveAll(dir)
@@ -145,6 +153,20 @@ func Start() (*Env, error) {
 func (e *Env) Stop() {
 	_ = e.Environment.Stop()
 	_ = os.RemoveAll(e.Dir)
+}
+
+// RestartAPIServer stops kube-apiserver, waits downtime and starts it again with the same address, certificates and
+// etcd, as when its static pod restarts on a control-plane node. It returns once kube-apiserver is healthy again.
+func (e *Env) RestartAPIServer(downtime time.Duration) error {
+	apiServer := e.Environment.ControlPlane.GetAPIServer()
+	if err := apiServer.Stop(); err != nil {
+		return fmt.Errorf("stopping kube-apiserver: %w", err)
+	}
+	time.Sleep(downtime)
+	if err := apiServer.Start(); err != nil {
+		return fmt.Errorf("starting kube-apiserver again: %w", err)
+	}
+	return nil
 }
 
 // FreePort returns a loopback TCP port that is free right now.

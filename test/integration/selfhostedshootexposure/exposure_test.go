@@ -256,9 +256,7 @@ func TestDeletionTouchesOnlyItsOwnObjects(t *testing.T) {
 
 	alpha := fixtures.Exposure("alpha", fixtures.Nodes())
 	alpha.Spec.ProviderConfig = &runtime.RawExtension{Raw: []byte(fixtures.ExposureConfigL2)}
-	beta := fixtures.Exposure("beta", fixtures.Nodes())
-	beta.Spec.ProviderConfig = &runtime.RawExtension{Raw: []byte(strings.NewReplacer(
-		"192.0.2.0/28", "192.0.2.16/28", fixtures.ExposureVIP, "192.0.2.20").Replace(fixtures.ExposureConfigL2))}
+	beta := exposureInPool("beta", "192.0.2.16/28", "192.0.2.20")
 	for _, exp := range []*extensionsv1alpha1.SelfHostedShootExposure{alpha, beta} {
 		if err := env.Client.Create(ctx, exp); err != nil {
 			t.Fatal(err)
@@ -297,9 +295,7 @@ func TestDeletionTouchesOnlyItsOwnObjects(t *testing.T) {
 func TestConflictingWriters(t *testing.T) {
 	ctx := context.Background()
 	createCiliumConfig(t)
-	exp := fixtures.Exposure("conflicts", fixtures.Nodes())
-	exp.Spec.ProviderConfig = &runtime.RawExtension{Raw: []byte(strings.NewReplacer(
-		"192.0.2.0/28", "192.0.2.48/28", fixtures.ExposureVIP, "192.0.2.50").Replace(fixtures.ExposureConfigL2))}
+	exp := exposureInPool("conflicts", "192.0.2.48/28", "192.0.2.50")
 	if err := env.Client.Create(ctx, exp); err != nil {
 		t.Fatal(err)
 	}
@@ -355,9 +351,7 @@ func TestConflictingWriters(t *testing.T) {
 func TestExtensionRestartMidReconcileAndMidDelete(t *testing.T) {
 	ctx := context.Background()
 	createCiliumConfig(t)
-	exp := fixtures.Exposure("restarts", fixtures.Nodes())
-	exp.Spec.ProviderConfig = &runtime.RawExtension{Raw: []byte(strings.NewReplacer(
-		"192.0.2.0/28", "192.0.2.64/28", fixtures.ExposureVIP, "192.0.2.66").Replace(fixtures.ExposureConfigL2))}
+	exp := exposureInPool("restarts", "192.0.2.64/28", "192.0.2.66")
 	if err := env.Client.Create(ctx, exp); err != nil {
 		t.Fatal(err)
 	}
@@ -387,5 +381,77 @@ func TestExtensionRestartMidReconcileAndMidDelete(t *testing.T) {
 	}
 	if got := owned(t, exp); len(got) != 0 {
 		t.Errorf("orphans after a restart mid-delete: %v", got)
+	}
+}
+
+// exposureInPool is an exposure of the fixture's nodes with its own pool and pinned VIP, so that tests do not share
+// addresses.
+func exposureInPool(name, cidr, vip string) *extensionsv1alpha1.SelfHostedShootExposure {
+	exp := fixtures.Exposure(name, fixtures.Nodes())
+	exp.Spec.ProviderConfig = &runtime.RawExtension{Raw: []byte(strings.NewReplacer(
+		"192.0.2.0/28", cidr, fixtures.ExposureVIP, vip).Replace(fixtures.ExposureConfigL2))}
+	return exp
+}
+
+// TestAPIServerRestart: kube-apiserver restarts under the running extension, as its static pod does on a
+// control-plane node. Afterwards an exposure changed and one created converge, each with exactly one object of each
+// kind. Whether the extension keeps its leadership through the restart depends on how long kube-apiserver takes to
+// come back (the lease's renew deadline is 10 s); if it loses it, it exits, as it must so that no two leaders write,
+// and is started again, as the kubelet would.
+func TestAPIServerRestart(t *testing.T) {
+	ctx := context.Background()
+	createCiliumConfig(t)
+	exp := exposureInPool("apiserver-restart", "192.0.2.96/28", "192.0.2.98")
+	if err := env.Client.Create(ctx, exp); err != nil {
+		t.Fatal(err)
+	}
+	waitForState(t, exp, gardencorev1beta1.LastOperationStateSucceeded)
+
+	if err := env.RestartAPIServer(3 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-env.Extension.Stopped():
+		if !strings.Contains(env.Extension.Log(), "leader election lost") {
+			t.Fatalf("the extension exited after kube-apiserver restarted, not for losing its leadership: %v\n%s", env.Extension.Err(), env.Extension.Log())
+		}
+		t.Log("the extension lost its leadership while kube-apiserver was down and exited; starting it again")
+		if err := env.StartExtensionAgain(); err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Second):
+	}
+
+	reconcile(t, exp, func(exp *extensionsv1alpha1.SelfHostedShootExposure) { exp.Spec.Endpoints = exp.Spec.Endpoints[1:] })
+	waitForState(t, exp, gardencorev1beta1.LastOperationStateSucceeded)
+	second := exposureInPool("after-apiserver-restart", "192.0.2.112/28", "192.0.2.114")
+	if err := env.Client.Create(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	waitForState(t, second, gardencorev1beta1.LastOperationStateSucceeded)
+
+	want := map[string]int{"Service": 1, "EndpointSlice": 1, "CiliumLoadBalancerIPPool": 1, "CiliumL2AnnouncementPolicy": 1}
+	for _, e := range []*extensionsv1alpha1.SelfHostedShootExposure{exp, second} {
+		if got := owned(t, e); !equalCounts(got, want) {
+			t.Errorf("%s after kube-apiserver restarted: %v, want %v", e.Name, got, want)
+		}
+	}
+	slices := &discoveryv1.EndpointSliceList{}
+	if err := env.Client.List(ctx, slices, labelsOf(exp)); err != nil {
+		t.Fatal(err)
+	}
+	if len(slices.Items) != 1 || len(slices.Items[0].Endpoints) != len(exp.Spec.Endpoints) {
+		t.Errorf("the slice does not follow the endpoint change made after the restart: %+v", slices.Items)
+	}
+	if len(second.Status.Ingress) != 1 || second.Status.Ingress[0].IP != "192.0.2.114" {
+		t.Errorf("ingress of the exposure created after the restart: %v, want 192.0.2.114", second.Status.Ingress)
+	}
+	for _, e := range []*extensionsv1alpha1.SelfHostedShootExposure{exp, second} {
+		if err := env.Client.Delete(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+		if err := env.WaitUntilGone(ctx, e, 60*time.Second); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
