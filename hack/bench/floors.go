@@ -2,12 +2,16 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"gomodules.xyz/jsonpatch/v2"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
 )
@@ -18,12 +22,22 @@ import (
 // -serve-floors DIR: that process serves the floors and writes their URL and CA bundle into DIR.
 
 const (
-	floorsURLFile = "url"
-	floorsCAFile  = "ca.crt"
+	floorsURLFile    = "url"
+	floorsCAFile     = "ca.crt"
+	floorsReplayFile = "replay.json"
 )
 
 // serveFloors serves the floor handlers until it is told to stop.
 func serveFloors(dir string, f *fixture) error {
+	replay, err := os.ReadFile(filepath.Join(dir, floorsReplayFile))
+	if err != nil {
+		return err
+	}
+	var ops []jsonpatch.JsonPatchOperation
+	if err := json.Unmarshal(replay, &ops); err != nil {
+		return err
+	}
+	f.replay = admission.HandlerFunc(func(context.Context, admission.Request) admission.Response { return admission.Patched("", ops...) })
 	ws, err := startWebhookServer(f, dir)
 	if err != nil {
 		return err
@@ -42,14 +56,21 @@ func serveFloors(dir string, f *fixture) error {
 	return nil
 }
 
-// startFloorsProcess starts the floor server as a process of its own; stop ends it.
-func startFloorsProcess(ctx context.Context, dir string) (ws *webhookServer, stop func(), err error) {
+// startFloorsProcess starts the floor server as a process of its own, replaying the given patch; stop ends it.
+func startFloorsProcess(ctx context.Context, dir string, replay []jsonpatch.JsonPatchOperation) (ws *webhookServer, stop func(), err error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, nil, err
 	}
 	dir = filepath.Join(dir, "floors")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, nil, err
+	}
+	b, err := json.Marshal(replay)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, floorsReplayFile), b, 0o600); err != nil {
 		return nil, nil, err
 	}
 	process, err := testenv.StartProcess(filepath.Join(dir, "floors.log"), self, "-serve-floors", dir)

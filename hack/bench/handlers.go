@@ -40,7 +40,9 @@ type fixture struct {
 	allowOnly admission.Handler
 	// annotate adds one annotation: the least a webhook that changes the object makes kube-apiserver do.
 	annotate admission.Handler
-	scheme   *runtime.Scheme
+	// replay answers with a fixed patch (only in the floor process, see floors.go).
+	replay admission.Handler
+	scheme *runtime.Scheme
 }
 
 func newFixture(version string) (*fixture, error) {

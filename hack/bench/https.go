@@ -62,6 +62,9 @@ func startWebhookServer(f *fixture, dir string) (*webhookServer, error) {
 	server.Register("/"+apiserveraccess.AgentWebhookName, f.webhooks[apiserveraccess.AgentWebhookName].Webhook)
 	server.Register("/allow", &admission.Webhook{Handler: f.allowOnly})
 	server.Register("/annotate", &admission.Webhook{Handler: f.annotate})
+	if f.replay != nil {
+		server.Register("/replay", &admission.Webhook{Handler: f.replay})
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { _ = server.Start(ctx) }()
 	ws := &webhookServer{url: "https://" + host, caBundle: caBundle, cancel: cancel}

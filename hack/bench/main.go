@@ -138,15 +138,10 @@ func inCluster(r *report, f *fixture) error {
 		}
 	}
 
-	ws, stop, err := startFloorsProcess(ctx, env.Dir)
-	if err != nil {
-		return err
-	}
-	defer stop()
 	if runs("3") {
 		fmt.Println("==> 3. pod creation through kube-apiserver")
 		stopProfile := profileAPIServer(env, "section-3")
-		if err := throughAPIServer(ctx, r, env, f, ws, 400); err != nil {
+		if err := throughAPIServer(ctx, r, env, f, 400); err != nil {
 			return err
 		}
 		stopProfile()

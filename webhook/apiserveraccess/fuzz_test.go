@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -37,10 +38,8 @@ var (
 	}
 )
 
-// FuzzAdmission feeds the handler arbitrary objects of every kind it serves, seeded with Cilium's real rendered
-// objects (testdata/seeds), and checks that it never panics, that its patch applies, that a second admission of the
-// result yields no patch, and that nothing outside the documented env, args and keys changes.
-func FuzzAdmission(f *testing.F) {
+// addSeeds adds Cilium's real rendered objects (testdata/seeds) with the index of their kind.
+func addSeeds(f *testing.F) {
 	seeds, err := filepath.Glob("testdata/seeds/*.json")
 	if err != nil || len(seeds) == 0 {
 		f.Fatalf("no seeds: %v", err)
@@ -53,6 +52,13 @@ func FuzzAdmission(f *testing.F) {
 		kind := slices.IndexFunc(fuzzKinds, func(k string) bool { return strings.HasPrefix(filepath.Base(seed), strings.ToLower(k)+"-") })
 		f.Add(uint8(kind), data)
 	}
+}
+
+// FuzzAdmission feeds the handler arbitrary objects of every kind it serves, seeded with Cilium's real rendered
+// objects (testdata/seeds), and checks that it never panics, that its patch applies, that a second admission of the
+// result yields no patch, and that nothing outside the documented env, args and keys changes.
+func FuzzAdmission(f *testing.F) {
+	addSeeds(f)
 
 	objs := []client.Object{fixtures.Cluster(fixtures.WithExposureConfig(fixtures.Shoot(true), fixtures.ExposureConfigL2))}
 	for _, n := range fixtures.Nodes() {
@@ -89,6 +95,30 @@ func FuzzAdmission(f *testing.F) {
 			t.Fatalf("the patched object does not decode: %v", err)
 		}
 		checkOnlyDocumentedChanges(t, original, mutated)
+	})
+}
+
+// FuzzDecoders: the handler's decoder (json-iterator) reads every object as encoding/json does. Only valid UTF-8 is
+// compared: kube-apiserver encodes with encoding/json, which never sends anything else, and the two libraries repair
+// invalid bytes differently.
+func FuzzDecoders(f *testing.F) {
+	addSeeds(f)
+	f.Fuzz(func(t *testing.T, kindIndex uint8, data []byte) {
+		kind := fuzzKinds[int(kindIndex)%len(fuzzKinds)]
+		if !utf8.Valid(data) {
+			return
+		}
+		want, err := decodeWith(json.Unmarshal, kind, data)
+		if err != nil {
+			return
+		}
+		got, err := decode(kind, data)
+		if err != nil {
+			t.Fatalf("encoding/json decodes it, the handler's decoder fails: %v", err)
+		}
+		if !equality.Semantic.DeepEqual(got, want) {
+			t.Fatalf("the decoders disagree:\n got %+v\nwant %+v", got, want)
+		}
 	})
 }
 

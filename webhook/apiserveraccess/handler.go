@@ -2,7 +2,6 @@ package apiserveraccess
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
@@ -10,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	jsoniter "github.com/json-iterator/go"
 	"gomodules.xyz/jsonpatch/v2"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -84,10 +84,18 @@ func (s projectedPodSpec) podSpec() corev1.PodSpec {
 	return corev1.PodSpec{NodeName: s.NodeName, Affinity: s.Affinity, InitContainers: containers(s.InitContainers), Containers: containers(s.Containers)}
 }
 
+// projectionDecoder decodes the projection. json-iterator, compatible with encoding/json (FuzzDecoders compares the
+// two), decodes the 16 kB of an agent pod in half the time: decoding was two thirds of an admission (bench/results).
+var projectionDecoder = jsoniter.ConfigCompatibleWithStandardLibrary.Unmarshal
+
 // decode decodes the projection of an object of the given kind into its typed object.
 func decode(kind string, raw []byte) (client.Object, error) {
+	return decodeWith(projectionDecoder, kind, raw)
+}
+
+func decodeWith(unmarshal func([]byte, any) error, kind string, raw []byte) (client.Object, error) {
 	var p projectedObject
-	if err := json.Unmarshal(raw, &p); err != nil {
+	if err := unmarshal(raw, &p); err != nil {
 		return nil, fmt.Errorf("decoding %s: %w", kind, err)
 	}
 	meta := p.Metadata.objectMeta()
