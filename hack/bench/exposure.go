@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -52,25 +53,55 @@ func succeeded(ctx context.Context, c client.Client, exp *extensionsv1alpha1.Sel
 func exposureConvergence(ctx context.Context, r *report, env *testenv.Env) error {
 	const section = "4. Exposure convergence with the real cilium-operator (L2, pinned VIP)"
 	c := env.Client
-	goals := map[int]time.Duration{3: time.Second, 1000: 2 * time.Second}
-	for i, n := range []int{3, 100, 1000} {
-		exp := exposureWithEndpoints(fmt.Sprintf("bench-%d", n), fmt.Sprintf("198.18.0.%d", i+1), n)
+	goals := map[int]time.Duration{1000: 2 * time.Second}
+	createAndWait := func(exp *extensionsv1alpha1.SelfHostedShootExposure) (time.Duration, error) {
 		start := time.Now()
 		if err := c.Create(ctx, exp); err != nil {
-			return err
+			return 0, err
 		}
 		if err := testenv.WaitFor(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) { return succeeded(ctx, c, exp) }); err != nil {
-			return fmt.Errorf("exposure with %d endpoints: %w", n, err)
+			return 0, fmt.Errorf("exposure %s with %d endpoints: %w", exp.Name, len(exp.Spec.Endpoints), err)
 		}
-		took := time.Since(start)
-		res := Result{Section: section, Name: fmt.Sprintf("create -> Succeeded with VIP, %d endpoints", n), Value: float64(took.Milliseconds()), Unit: "ms"}
-		if goal, ok := goals[n]; ok {
-			res.Goal, res.Met = "< "+goal.String(), met(took < goal)
+		return time.Since(start), nil
+	}
+
+	// The first exposure of a run is also the first pool LB-IPAM sees: it initialises only then. One sample says
+	// little on two shared cores, so the 3-endpoint case is measured on several exposures, one after the other.
+	const samples = 5
+	var small []time.Duration
+	for i := range samples {
+		took, err := createAndWait(exposureWithEndpoints(fmt.Sprintf("bench-3-%d", i), fmt.Sprintf("198.18.0.%d", 10+i), 3))
+		if err != nil {
+			return err
 		}
-		r.add(res)
+		small = append(small, took)
+	}
+	ms := func(d time.Duration) float64 { return float64(d.Milliseconds()) }
+	r.add(Result{Section: section, Name: "create -> Succeeded with VIP, 3 endpoints, first exposure of the run (LB-IPAM starts on its first pool)",
+		Value: ms(small[0]), Unit: "ms", Goal: "< 1s", Met: met(small[0] < time.Second)})
+	rest := slices.Clone(small[1:])
+	slices.Sort(rest)
+	r.add(Result{Section: section, Name: fmt.Sprintf("create -> Succeeded with VIP, 3 endpoints, median of the next %d", len(rest)),
+		Value: ms(rest[len(rest)/2]), Unit: "ms", Goal: "< 1s", Met: met(rest[len(rest)/2] < time.Second)})
+	r.add(Result{Section: section, Name: fmt.Sprintf("create -> Succeeded with VIP, 3 endpoints, slowest of the next %d", len(rest)),
+		Value: ms(rest[len(rest)-1]), Unit: "ms"})
+
+	for i, n := range []int{3, 100, 1000} {
+		exp := exposureWithEndpoints(fmt.Sprintf("bench-%d", n), fmt.Sprintf("198.18.0.%d", i+1), n)
+		took, err := createAndWait(exp)
+		if err != nil {
+			return err
+		}
+		if n != 3 { // the 3-endpoint case is reported above; this exposure is here for its endpoint change
+			res := Result{Section: section, Name: fmt.Sprintf("create -> Succeeded with VIP, %d endpoints", n), Value: ms(took), Unit: "ms"}
+			if goal, ok := goals[n]; ok {
+				res.Goal, res.Met = "< "+goal.String(), met(took < goal)
+			}
+			r.add(res)
+		}
 
 		// An endpoint change, as gardenlet makes it when a control-plane node goes: until the slices have it.
-		start = time.Now()
+		start := time.Now()
 		patch := client.MergeFrom(exp.DeepCopy())
 		exp.Spec.Endpoints = exp.Spec.Endpoints[:n-1]
 		exp.Annotations = map[string]string{v1beta1constants.GardenerOperation: v1beta1constants.GardenerOperationReconcile}

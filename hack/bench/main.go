@@ -165,17 +165,38 @@ func inCluster(r *report, f *fixture) error {
 	}
 	defer operator.Stop(ctx)
 	fmt.Println("==> 4. exposure convergence with the real cilium-operator")
+	// The logs outlive the control plane's scratch directory, so that a slow figure can be explained afterwards (the
+	// extension logs how long applying and LB-IPAM took).
+	defer keepLogs(map[string]*testenv.Process{"extension.log": extension, "cilium-operator.log": operator.Process})
 	stopProfile := profileAPIServer(env, "section-4")
 	if err := exposureConvergence(ctx, r, env); err != nil {
 		return fmt.Errorf("%w\n--- extension log (tail) ---\n%s", err, tail(extension.Log(), 30))
 	}
 	stopProfile()
-	if profileDir != "" {
-		_ = os.WriteFile(filepath.Join(profileDir, "extension.log"), []byte(extension.Log()), 0o644)
-		_ = os.WriteFile(filepath.Join(profileDir, "cilium-operator.log"), []byte(operator.Log()), 0o644)
-	}
 	memory(r, extension.Pid(), "after section 4 (103 exposures, up to 1000 endpoints)")
 	return nil
+}
+
+// keepLogs copies the processes' logs into the -profile directory, else into a new temporary one, and says where.
+func keepLogs(logs map[string]*testenv.Process) {
+	dir := profileDir
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "cilium-selfhosted-bench-logs-"); err != nil {
+			fmt.Fprintln(os.Stderr, "keeping the logs:", err)
+			return
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "keeping the logs:", err)
+		return
+	}
+	for name, p := range logs {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(p.Log()), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "keeping the logs:", err)
+		}
+	}
+	fmt.Println("logs:", dir)
 }
 
 func tail(s string, n int) string {
