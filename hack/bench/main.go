@@ -173,7 +173,7 @@ func inCluster(r *report, f *fixture) error {
 		return fmt.Errorf("%w\n--- extension log (tail) ---\n%s", err, tail(extension.Log(), 30))
 	}
 	stopProfile()
-	memory(r, extension.Pid(), "after section 4 (103 exposures, up to 1000 endpoints)")
+	memory(r, extension.Pid(), "after section 4 (108 exposures, up to 1000 endpoints)")
 	return nil
 }
 
