@@ -10,6 +10,7 @@ import (
 
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	ciliumv2alpha1 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2alpha1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -396,8 +397,9 @@ func exposureInPool(name, cidr, vip string) *extensionsv1alpha1.SelfHostedShootE
 // TestAPIServerRestart: kube-apiserver restarts under the running extension, as its static pod does on a
 // control-plane node. Afterwards an exposure changed and one created converge, each with exactly one object of each
 // kind. Whether the extension keeps its leadership through the restart depends on how long kube-apiserver takes to
-// come back (the lease's renew deadline is 10 s); if it loses it, it exits, as it must so that no two leaders write,
-// and is started again, as the kubelet would.
+// come back (the lease's renew deadline is 10 s): the test waits until it has either renewed its lease or exited. If
+// it lost the lease it must have exited for that reason, so that no two leaders write, and is started again, as the
+// kubelet would.
 func TestAPIServerRestart(t *testing.T) {
 	ctx := context.Background()
 	createCiliumConfig(t)
@@ -410,6 +412,24 @@ func TestAPIServerRestart(t *testing.T) {
 	if err := env.RestartAPIServer(3 * time.Second); err != nil {
 		t.Fatal(err)
 	}
+	// Either the extension renews its lease with the kube-apiserver that came back, or it exits for having lost it.
+	back := time.Now()
+	if err := testenv.WaitFor(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
+		select {
+		case <-env.Extension.Stopped():
+			return true, nil
+		default:
+		}
+		leases := &coordinationv1.LeaseList{}
+		if err := env.Client.List(ctx, leases, client.InNamespace(testenv.ExtensionNamespace)); err != nil {
+			return false, err
+		}
+		return slices.ContainsFunc(leases.Items, func(l coordinationv1.Lease) bool {
+			return l.Spec.RenewTime != nil && l.Spec.RenewTime.After(back)
+		}), nil
+	}); err != nil {
+		t.Fatalf("the extension neither renewed its lease nor exited after kube-apiserver restarted: %v", err)
+	}
 	select {
 	case <-env.Extension.Stopped():
 		if !strings.Contains(env.Extension.Log(), "leader election lost") {
@@ -419,7 +439,8 @@ func TestAPIServerRestart(t *testing.T) {
 		if err := env.StartExtensionAgain(); err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(2 * time.Second):
+	default:
+		t.Log("the extension kept its leadership")
 	}
 
 	reconcile(t, exp, func(exp *extensionsv1alpha1.SelfHostedShootExposure) { exp.Spec.Endpoints = exp.Spec.Endpoints[1:] })
@@ -436,12 +457,12 @@ func TestAPIServerRestart(t *testing.T) {
 			t.Errorf("%s after kube-apiserver restarted: %v, want %v", e.Name, got, want)
 		}
 	}
-	slices := &discoveryv1.EndpointSliceList{}
-	if err := env.Client.List(ctx, slices, labelsOf(exp)); err != nil {
+	endpointSlices := &discoveryv1.EndpointSliceList{}
+	if err := env.Client.List(ctx, endpointSlices, labelsOf(exp)); err != nil {
 		t.Fatal(err)
 	}
-	if len(slices.Items) != 1 || len(slices.Items[0].Endpoints) != len(exp.Spec.Endpoints) {
-		t.Errorf("the slice does not follow the endpoint change made after the restart: %+v", slices.Items)
+	if len(endpointSlices.Items) != 1 || len(endpointSlices.Items[0].Endpoints) != len(exp.Spec.Endpoints) {
+		t.Errorf("the slice does not follow the endpoint change made after the restart: %+v", endpointSlices.Items)
 	}
 	if len(second.Status.Ingress) != 1 || second.Status.Ingress[0].IP != "192.0.2.114" {
 		t.Errorf("ingress of the exposure created after the restart: %v, want 192.0.2.114", second.Status.Ingress)
