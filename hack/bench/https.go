@@ -9,13 +9,17 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -175,5 +179,40 @@ func httpsLoad(r *report, f *fixture) error {
 		Baseline: float64(len(floor.latencies)) / floor.elapsed.Seconds(), BaselineName: baseline})
 	r.add(Result{Section: section, Name: "errors, " + name, Value: float64(ours.errors), Unit: "", Baseline: float64(floor.errors), BaselineName: baseline,
 		Goal: "zero", Met: met(ours.errors == 0)})
+	return nil
+}
+
+// loadExtension sends section 2's load to the agent webhook of the running extension process, at the URL and with the
+// CA bundle of its MutatingWebhookConfiguration, and reports its latency and the process's resident set after it. The
+// floor cannot be served by that process; section 2 compares within one server.
+func loadExtension(ctx context.Context, r *report, env *testenv.Env, f *fixture, pid int) error {
+	const section = "2. Admission over HTTPS (controller-runtime webhook server, agent pods on control-plane and worker nodes)"
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: testenv.WebhookConfigName}, mwc); err != nil {
+		return err
+	}
+	i := slices.IndexFunc(mwc.Webhooks, func(wh admissionregistrationv1.MutatingWebhook) bool {
+		return strings.HasPrefix(wh.Name, apiserveraccess.AgentWebhookName+".")
+	})
+	if i < 0 || mwc.Webhooks[i].ClientConfig.URL == nil {
+		return fmt.Errorf("the extension registered no agent webhook with a URL")
+	}
+	u, err := url.Parse(*mwc.Webhooks[i].ClientConfig.URL)
+	if err != nil {
+		return err
+	}
+	ws := &webhookServer{url: u.Scheme + "://" + u.Host, caBundle: mwc.Webhooks[i].ClientConfig.CABundle}
+	const clients, count = 16, 8000
+	load(ws, f, u.Path, clients, 1000)
+	res := load(ws, f, u.Path, clients, count)
+	if res.errors > 0 {
+		return fmt.Errorf("%d of %d requests to the extension's webhook failed", res.errors, count)
+	}
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	name := fmt.Sprintf("extension process, %d clients, %d requests", clients, count)
+	r.add(Result{Section: section, Name: "p50 latency, " + name, Value: ms(res.percentile(0.50)), Unit: "ms"})
+	r.add(Result{Section: section, Name: "p99 latency, " + name, Value: ms(res.percentile(0.99)), Unit: "ms"})
+	r.add(Result{Section: section, Name: "throughput, " + name, Value: float64(len(res.latencies)) / res.elapsed.Seconds(), Unit: "req/s"})
+	memory(r, pid, "after section 2's load on its webhook")
 	return nil
 }

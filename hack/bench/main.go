@@ -131,6 +131,13 @@ func inCluster(r *report, f *fixture) error {
 	time.Sleep(2 * time.Second)
 	memory(r, extension.Pid(), "idle")
 
+	if runs("2") {
+		fmt.Println("==> 2. the same load against the extension process")
+		if err := loadExtension(ctx, r, env, f, extension.Pid()); err != nil {
+			return err
+		}
+	}
+
 	// Cilium's chart once the webhook is registered, as gardenadm orders it: the extension starts before the network.
 	for _, obj := range f.rendered.All {
 		if err := env.Client.Create(ctx, obj.DeepCopyObject().(client.Object)); err != nil {
