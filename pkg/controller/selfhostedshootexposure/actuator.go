@@ -92,16 +92,22 @@ func (a *actuator) Reconcile(ctx context.Context, log logr.Logger, exp *extensio
 		return nil, err
 	}
 	log.Info("Applying exposure objects", "config", config.Describe(cfg), "objects", len(objs.All()))
+	// Each call's duration goes into the log, so that a slow reconciliation shows which request was slow.
 	start := time.Now()
+	took := make([]string, 0, len(objs.All())+1)
 	for _, obj := range objs.All() {
+		callStart := time.Now()
 		if err := apply(ctx, a.client, obj); err != nil {
 			return nil, fmt.Errorf("applying %s %s: %w", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), err)
 		}
+		took = append(took, fmt.Sprintf("%s %s", obj.GetObjectKind().GroupVersionKind().Kind, time.Since(callStart).Round(time.Millisecond)))
 	}
+	callStart := time.Now()
 	if err := a.deleteOwned(ctx, exp, objs.All()); err != nil {
 		return nil, err
 	}
-	log.Info("Exposure objects applied, waiting for Cilium LB-IPAM to assign the VIP", "took", time.Since(start).String())
+	took = append(took, fmt.Sprintf("stale objects %s", time.Since(callStart).Round(time.Millisecond)))
+	log.Info("Exposure objects applied, waiting for Cilium LB-IPAM to assign the VIP", "took", time.Since(start).String(), "calls", took)
 	start = time.Now()
 	pool, _ := validation.ParsePool(cfg.Pool, nil) // validated by config.Load
 	ingress, err := a.waitForIngress(ctx, objs.Service, objs.Pool.Name, pool)
