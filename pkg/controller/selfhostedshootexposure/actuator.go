@@ -102,11 +102,11 @@ func (a *actuator) Reconcile(ctx context.Context, log logr.Logger, exp *extensio
 		}
 		took = append(took, fmt.Sprintf("%s %s", obj.GetObjectKind().GroupVersionKind().Kind, time.Since(callStart).Round(time.Millisecond)))
 	}
-	callStart := time.Now()
-	if err := a.deleteOwned(ctx, exp, objs.All()); err != nil {
+	listed, err := a.deleteOwned(ctx, exp, objs.All())
+	if err != nil {
 		return nil, err
 	}
-	took = append(took, fmt.Sprintf("stale objects %s", time.Since(callStart).Round(time.Millisecond)))
+	took = append(took, listed...)
 	log.Info("Exposure objects applied, waiting for Cilium LB-IPAM to assign the VIP", "took", time.Since(start).String(), "calls", took)
 	start = time.Now()
 	pool, _ := validation.ParsePool(cfg.Pool, nil) // validated by config.Load
@@ -214,7 +214,8 @@ func (a *actuator) delete(ctx context.Context, log logr.Logger, exp *extensionsv
 		return err
 	}
 	log.Info("Service deleted, deleting the other exposure objects")
-	return a.deleteOwned(ctx, exp, nil)
+	_, err := a.deleteOwned(ctx, exp, nil)
+	return err
 }
 
 // deleteService deletes the exposure's Service and, with wait, waits until it is gone.
@@ -238,12 +239,14 @@ func (a *actuator) deleteService(ctx context.Context, namespace, name string, wa
 	return nil
 }
 
-// deleteOwned deletes the objects of the exposure's labels that are not among keep.
-func (a *actuator) deleteOwned(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, keep []client.Object) error {
+// deleteOwned deletes the objects of the exposure's labels that are not among keep. It returns how long listing each
+// kind took, for the log.
+func (a *actuator) deleteOwned(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, keep []client.Object) ([]string, error) {
 	kept := sets.New[string]()
 	for _, obj := range keep {
 		kept.Insert(obj.GetObjectKind().GroupVersionKind().Kind + "/" + obj.GetName())
 	}
+	listed := make([]string, 0, len(managedKinds))
 	for _, gvk := range managedKinds {
 		list := &metav1.PartialObjectMetadataList{}
 		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
@@ -251,11 +254,14 @@ func (a *actuator) deleteOwned(ctx context.Context, exp *extensionsv1alpha1.Self
 		if gvk.Kind == "EndpointSlice" {
 			opts = append(opts, client.InNamespace(exp.Namespace))
 		}
-		if err := a.reader.List(ctx, list, opts...); err != nil {
+		listStart := time.Now()
+		err := a.reader.List(ctx, list, opts...)
+		listed = append(listed, fmt.Sprintf("list %s %s", gvk.Kind, time.Since(listStart).Round(time.Millisecond)))
+		if err != nil {
 			if meta.IsNoMatchError(err) {
 				continue // that Cilium CRD is not installed, so nothing of that kind exists
 			}
-			return fmt.Errorf("listing %s: %w", gvk.Kind, err)
+			return listed, fmt.Errorf("listing %s: %w", gvk.Kind, err)
 		}
 		for i := range list.Items {
 			obj := &list.Items[i]
@@ -264,9 +270,9 @@ func (a *actuator) deleteOwned(ctx context.Context, exp *extensionsv1alpha1.Self
 			}
 			obj.SetGroupVersionKind(gvk)
 			if err := a.client.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
-				return fmt.Errorf("deleting %s %s: %w", gvk.Kind, obj.Name, err)
+				return listed, fmt.Errorf("deleting %s %s: %w", gvk.Kind, obj.Name, err)
 			}
 		}
 	}
-	return nil
+	return listed, nil
 }
