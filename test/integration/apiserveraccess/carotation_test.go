@@ -54,7 +54,7 @@ func webhookCAs(ctx context.Context, t *testing.T) []*corev1.Secret {
 	return cas
 }
 
-// caBundles are the caBundles of the extension's webhooks, which must all be the same.
+// caBundle is the caBundle of the extension's webhooks, which must all carry the same one.
 func caBundle(ctx context.Context) ([]byte, error) {
 	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
 	if err := env.Client.Get(ctx, client.ObjectKey{Name: testenv.WebhookConfigName}, mwc); err != nil {

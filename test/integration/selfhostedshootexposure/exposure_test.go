@@ -296,10 +296,7 @@ func TestDeletionTouchesOnlyItsOwnObjects(t *testing.T) {
 func TestConflictingWriters(t *testing.T) {
 	ctx := context.Background()
 	createCiliumConfig(t)
-	exp := exposureInPool("conflicts", "192.0.2.48/28", "192.0.2.50")
-	if err := env.Client.Create(ctx, exp); err != nil {
-		t.Fatal(err)
-	}
+	exp := createInPool(t, "conflicts", "192.0.2.48/28", "192.0.2.50")
 	defer func() { _ = env.Client.Delete(ctx, exp) }()
 	waitForState(t, exp, gardencorev1beta1.LastOperationStateSucceeded)
 
@@ -352,10 +349,7 @@ func TestConflictingWriters(t *testing.T) {
 func TestExtensionRestartMidReconcileAndMidDelete(t *testing.T) {
 	ctx := context.Background()
 	createCiliumConfig(t)
-	exp := exposureInPool("restarts", "192.0.2.64/28", "192.0.2.66")
-	if err := env.Client.Create(ctx, exp); err != nil {
-		t.Fatal(err)
-	}
+	exp := createInPool(t, "restarts", "192.0.2.64/28", "192.0.2.66")
 	// Kill it as soon as it has started on the exposure (its finalizer is the first thing it writes).
 	if err := testenv.WaitFor(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(exp), exp)
@@ -394,6 +388,16 @@ func exposureInPool(name, cidr, vip string) *extensionsv1alpha1.SelfHostedShootE
 	return exp
 }
 
+// createInPool creates exposureInPool's exposure.
+func createInPool(t *testing.T, name, cidr, vip string) *extensionsv1alpha1.SelfHostedShootExposure {
+	t.Helper()
+	exp := exposureInPool(name, cidr, vip)
+	if err := env.Client.Create(context.Background(), exp); err != nil {
+		t.Fatal(err)
+	}
+	return exp
+}
+
 // TestAPIServerRestart: kube-apiserver restarts under the running extension, as its static pod does on a
 // control-plane node. Afterwards an exposure changed and one created converge, each with exactly one object of each
 // kind. Whether the extension keeps its leadership through the restart depends on how long kube-apiserver takes to
@@ -403,10 +407,7 @@ func exposureInPool(name, cidr, vip string) *extensionsv1alpha1.SelfHostedShootE
 func TestAPIServerRestart(t *testing.T) {
 	ctx := context.Background()
 	createCiliumConfig(t)
-	exp := exposureInPool("apiserver-restart", "192.0.2.96/28", "192.0.2.98")
-	if err := env.Client.Create(ctx, exp); err != nil {
-		t.Fatal(err)
-	}
+	exp := createInPool(t, "apiserver-restart", "192.0.2.96/28", "192.0.2.98")
 	waitForState(t, exp, gardencorev1beta1.LastOperationStateSucceeded)
 
 	if err := env.RestartAPIServer(3 * time.Second); err != nil {
@@ -445,10 +446,7 @@ func TestAPIServerRestart(t *testing.T) {
 
 	reconcile(t, exp, func(exp *extensionsv1alpha1.SelfHostedShootExposure) { exp.Spec.Endpoints = exp.Spec.Endpoints[1:] })
 	waitForState(t, exp, gardencorev1beta1.LastOperationStateSucceeded)
-	second := exposureInPool("after-apiserver-restart", "192.0.2.112/28", "192.0.2.114")
-	if err := env.Client.Create(ctx, second); err != nil {
-		t.Fatal(err)
-	}
+	second := createInPool(t, "after-apiserver-restart", "192.0.2.112/28", "192.0.2.114")
 	waitForState(t, second, gardencorev1beta1.LastOperationStateSucceeded)
 
 	want := map[string]int{"Service": 1, "EndpointSlice": 1, "CiliumLoadBalancerIPPool": 1, "CiliumL2AnnouncementPolicy": 1}
