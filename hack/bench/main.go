@@ -173,8 +173,11 @@ func inCluster(r *report, f *fixture) error {
 	defer operator.Stop(ctx)
 	fmt.Println("==> 4. exposure convergence with the real cilium-operator")
 	// The logs outlive the control plane's scratch directory, so that a slow figure can be explained afterwards (the
-	// extension logs how long applying and LB-IPAM took).
-	defer keepLogs(map[string]*testenv.Process{"extension.log": extension, "cilium-operator.log": operator.Process})
+	// extension logs how long applying and LB-IPAM took, kube-apiserver traces requests slower than 500 ms, etcd logs compactions).
+	defer keepLogs(map[string]string{
+		"extension.log": extension.LogPath(), "cilium-operator.log": operator.LogPath(), "kube-apiserver.log": env.APIServerLog,
+		"etcd.log": env.EtcdLog,
+	})
 	stopProfile := profileAPIServer(env, "section-4")
 	if err := exposureConvergence(ctx, r, env); err != nil {
 		return fmt.Errorf("%w\n--- extension log (tail) ---\n%s", err, tail(extension.Log(), 30))
@@ -185,7 +188,7 @@ func inCluster(r *report, f *fixture) error {
 }
 
 // keepLogs copies the processes' logs into the -profile directory, else into a new temporary one, and says where.
-func keepLogs(logs map[string]*testenv.Process) {
+func keepLogs(logs map[string]string) {
 	dir := profileDir
 	if dir == "" {
 		var err error
@@ -198,8 +201,12 @@ func keepLogs(logs map[string]*testenv.Process) {
 		fmt.Fprintln(os.Stderr, "keeping the logs:", err)
 		return
 	}
-	for name, p := range logs {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(p.Log()), 0o644); err != nil {
+	for name, path := range logs {
+		b, err := os.ReadFile(path)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, name), b, 0o644)
+		}
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "keeping the logs:", err)
 		}
 	}

@@ -31,6 +31,10 @@ type Env struct {
 	Kubeconfig string
 	// Dir is a scratch directory removed by Stop.
 	Dir string
+	// APIServerLog and EtcdLog are where kube-apiserver and etcd write their logs (in Dir): kube-apiserver traces
+	// requests slower than 500 ms, etcd logs compactions and slow requests, which explain slow figures.
+	APIServerLog, EtcdLog string
+	logs                  []*os.File
 
 	// MetricsAddress and HealthAddress are where the extension serves metrics and health probes: free loopback ports.
 	MetricsAddress, HealthAddress string
@@ -56,6 +60,33 @@ var CiliumCRDDirs = []string{
 	"pkg/k8s/apis/cilium.io/client/crds/v2alpha1",
 }
 
+// CiliumCRDsAtStart installs Cilium's CRDs with the control plane. A suite that starts the extension before Cilium
+// is installed, as gardenadm does, sets it to false and calls InstallCiliumCRDs later.
+var CiliumCRDsAtStart = true
+
+func ciliumCRDPaths() ([]string, error) {
+	ciliumDir, err := ModuleDir("github.com/cilium/cilium")
+	if err != nil {
+		return nil, err
+	}
+	var paths []string
+	for _, d := range CiliumCRDDirs {
+		paths = append(paths, filepath.Join(ciliumDir, d))
+	}
+	return paths, nil
+}
+
+// InstallCiliumCRDs installs Cilium's CRDs and waits until kube-apiserver serves them, as cilium-operator does when
+// it starts.
+func (e *Env) InstallCiliumCRDs() error {
+	paths, err := ciliumCRDPaths()
+	if err != nil {
+		return err
+	}
+	_, err = envtest.InstallCRDs(e.Config, envtest.CRDInstallOptions{Paths: paths, ErrorIfPathMissing: true})
+	return err
+}
+
 // ModuleDir is the directory of a module of the build list in the module cache.
 func ModuleDir(module string) (string, error) {
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", module).Output()
@@ -79,16 +110,16 @@ func Start() (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	ciliumDir, err := ModuleDir("github.com/cilium/cilium")
-	if err != nil {
-		return nil, err
-	}
 	var crds []string
 	for _, f := range GardenerCRDs {
 		crds = append(crds, filepath.Join(gardener, "example", "seed-crds", f))
 	}
-	for _, d := range CiliumCRDDirs {
-		crds = append(crds, filepath.Join(ciliumDir, d))
+	if CiliumCRDsAtStart {
+		cilium, err := ciliumCRDPaths()
+		if err != nil {
+			return nil, err
+		}
+		crds = append(crds, cilium...)
 	}
 
 	dir, err := os.MkdirTemp("", "cilium-selfhosted-envtest-")
@@ -112,12 +143,23 @@ func Start() (*Env, error) {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	cfg, err := env.Start()
+	e := &Env{Environment: env, Dir: dir, APIServerLog: filepath.Join(dir, "kube-apiserver.log"), EtcdLog: filepath.Join(dir, "etcd.log")}
+	apiServerLog, err := e.createLog(e.APIServerLog)
 	if err != nil {
-		_ = os.RemoveAll(dir)
+		e.Stop()
+		return nil, err
+	}
+	apiServer.Out, apiServer.Err = apiServerLog, apiServerLog
+	etcdLog, err := e.createLog(e.EtcdLog)
+	if err != nil {
+		e.Stop()
+		return nil, err
+	}
+	env.ControlPlane.Etcd = &envtest.Etcd{Out: etcdLog, Err: etcdLog}
+	if e.Config, err = env.Start(); err != nil {
+		e.Stop()
 		return nil, fmt.Errorf("starting envtest: %w", err)
 	}
-	e := &Env{Environment: env, Config: cfg, Dir: dir}
 	for _, addr := range []*string{&e.MetricsAddress, &e.HealthAddress} {
 		port, err := FreePort()
 		if err != nil {
@@ -126,7 +168,7 @@ func Start() (*Env, error) {
 		}
 		*addr = "127.0.0.1:" + strconv.Itoa(port)
 	}
-	if e.Client, err = client.New(cfg, client.Options{Scheme: scheme.New()}); err != nil {
+	if e.Client, err = client.New(e.Config, client.Options{Scheme: scheme.New()}); err != nil {
 		e.Stop()
 		return nil, err
 	}
@@ -152,7 +194,18 @@ func Start() (*Env, error) {
 // Stop stops the control plane and removes the scratch directory.
 func (e *Env) Stop() {
 	_ = e.Environment.Stop()
+	for _, f := range e.logs {
+		_ = f.Close()
+	}
 	_ = os.RemoveAll(e.Dir)
+}
+
+func (e *Env) createLog(path string) (*os.File, error) {
+	f, err := os.Create(path)
+	if err == nil {
+		e.logs = append(e.logs, f)
+	}
+	return f, err
 }
 
 // RestartAPIServer stops kube-apiserver, waits downtime and starts it again with the same address, certificates and

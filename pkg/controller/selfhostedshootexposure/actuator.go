@@ -50,8 +50,10 @@ const (
 
 type actuator struct {
 	client client.Client
-	// reader reads without the cache, for listing what the exposure owns: the cache may lag behind what was applied.
+	// reader reads without the cache: the cache may lag behind what was applied.
 	reader client.Reader
+	// owned lists what exposures own, from informers once they have synced.
+	owned ownedLister
 	// ingressWait is how long Reconcile waits for LB-IPAM within one call, polling the cache every pollInterval.
 	// gardenadm counts an exposure with a lastError as failed after ~30s, so the VIP should come within the call
 	// rather than after a requeue.
@@ -59,8 +61,20 @@ type actuator struct {
 }
 
 // NewActuator returns the actuator of SelfHostedShootExposures of type cilium.
-func NewActuator(c client.Client, reader client.Reader, ingressWait time.Duration) extensionsselfhostedshootexposure.Actuator {
-	return &actuator{client: c, reader: reader, ingressWait: ingressWait, pollInterval: 20 * time.Millisecond}
+func NewActuator(c client.Client, reader client.Reader, owned ownedLister, ingressWait time.Duration) extensionsselfhostedshootexposure.Actuator {
+	return &actuator{client: c, reader: reader, owned: owned, ingressWait: ingressWait, pollInterval: 20 * time.Millisecond}
+}
+
+// ownedLister lists objects' metadata.
+type ownedLister interface {
+	List(ctx context.Context, list *metav1.PartialObjectMetadataList, opts ...client.ListOption) error
+}
+
+// apiLister lists from kube-apiserver.
+type apiLister struct{ client.Reader }
+
+func (l apiLister) List(ctx context.Context, list *metav1.PartialObjectMetadataList, opts ...client.ListOption) error {
+	return l.Reader.List(ctx, list, opts...)
 }
 
 // Reconcile applies the desired objects, removes those no longer desired, and returns the VIP once Cilium has
@@ -102,7 +116,9 @@ func (a *actuator) Reconcile(ctx context.Context, log logr.Logger, exp *extensio
 		}
 		took = append(took, fmt.Sprintf("%s %s", obj.GetObjectKind().GroupVersionKind().Kind, time.Since(callStart).Round(time.Millisecond)))
 	}
-	listed, err := a.deleteOwned(ctx, exp, objs.All())
+	// From the informers: an object that they have not seen yet was applied by an earlier reconciliation a moment ago,
+	// and is swept by the next one.
+	listed, err := a.deleteOwned(ctx, exp, objs.All(), a.owned)
 	if err != nil {
 		return nil, err
 	}
@@ -214,7 +230,8 @@ func (a *actuator) delete(ctx context.Context, log logr.Logger, exp *extensionsv
 		return err
 	}
 	log.Info("Service deleted, deleting the other exposure objects")
-	_, err := a.deleteOwned(ctx, exp, nil)
+	// From kube-apiserver: after the exposure is gone, nothing sweeps what the informers had not seen yet.
+	_, err := a.deleteOwned(ctx, exp, nil, apiLister{a.reader})
 	return err
 }
 
@@ -241,7 +258,7 @@ func (a *actuator) deleteService(ctx context.Context, namespace, name string, wa
 
 // deleteOwned deletes the objects of the exposure's labels that are not among keep. It returns how long listing each
 // kind took, for the log.
-func (a *actuator) deleteOwned(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, keep []client.Object) ([]string, error) {
+func (a *actuator) deleteOwned(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, keep []client.Object, lister ownedLister) ([]string, error) {
 	kept := sets.New[string]()
 	for _, obj := range keep {
 		kept.Insert(obj.GetObjectKind().GroupVersionKind().Kind + "/" + obj.GetName())
@@ -255,7 +272,7 @@ func (a *actuator) deleteOwned(ctx context.Context, exp *extensionsv1alpha1.Self
 			opts = append(opts, client.InNamespace(exp.Namespace))
 		}
 		listStart := time.Now()
-		err := a.reader.List(ctx, list, opts...)
+		err := lister.List(ctx, list, opts...)
 		listed = append(listed, fmt.Sprintf("list %s %s", gvk.Kind, time.Since(listStart).Round(time.Millisecond)))
 		if err != nil {
 			if meta.IsNoMatchError(err) {

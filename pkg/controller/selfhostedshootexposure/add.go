@@ -7,9 +7,7 @@ import (
 	"slices"
 	"time"
 
-	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -47,18 +45,28 @@ type AddOptions struct {
 // AddToManagerWithOptions adds the controller, and the watch that brings a VIP assigned by Cilium into the status at
 // once, to mgr.
 func AddToManagerWithOptions(ctx context.Context, mgr manager.Manager, opts AddOptions) error {
-	// Informers the reconciliation reads from start with the manager rather than on the first exposure, whose
-	// reconciliation would otherwise wait for their initial sync (gardenadm waits for the exposure).
-	for _, obj := range []client.Object{&extensionsv1alpha1.Cluster{}, &ciliumv2.CiliumLoadBalancerIPPool{}} {
-		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
-			return err
-		}
+	// Informers the reconciliation reads start with the manager rather than on the first exposure, whose
+	// reconciliation would otherwise wait for their initial sync (gardenadm waits for the exposure); for the kinds
+	// of Cilium's CRDs, as soon as Cilium has installed them.
+	owned, err := newOwnedObjects(mgr)
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(&informerStarter{
+		log:    mgr.GetLogger().WithName(ControllerName).WithName("informers"),
+		scheme: mgr.GetScheme(), cache: mgr.GetCache(), mapper: mgr.GetRESTMapper(), owned: owned,
+		interval: 5 * time.Second,
+	}); err != nil {
+		return err
+	}
+	if _, err := mgr.GetCache().GetInformer(ctx, &extensionsv1alpha1.Cluster{}); err != nil {
+		return err
 	}
 	classes := slices.DeleteFunc(slices.Clone(opts.ExtensionClasses), func(class extensionsv1alpha1.ExtensionClass) bool {
 		return !supportedExtensionClasses.Has(class)
 	})
 	if err := extensionsselfhostedshootexposure.Add(mgr, extensionsselfhostedshootexposure.AddArgs{
-		Actuator:          NewActuator(mgr.GetClient(), mgr.GetAPIReader(), opts.IngressWait),
+		Actuator:          NewActuator(mgr.GetClient(), mgr.GetAPIReader(), owned, opts.IngressWait),
 		ControllerOptions: opts.Controller,
 		Predicates:        extensionsselfhostedshootexposure.DefaultPredicates(opts.IgnoreOperationAnnotation),
 		Type:              Type,

@@ -1,0 +1,161 @@
+package selfhostedshootexposure
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
+)
+
+// ownedObjects lists what exposures own. Reconciliations read it from metadata informers of the objects labelled
+// as this extension's, rather than from kube-apiserver: kube-apiserver refuses label-selected lists of a resource
+// whose watch cache is still initialising with 429 and "Retry-After: 1" (KEP-4568), which happens on the first
+// request for a CRD since kube-apiserver started, e.g. to the BGP kinds of a cluster that announces over L2, or when
+// cilium-operator starts at the same moment; client-go then waits a second per kind. Until a kind's informer has
+// synced (its CRD is not served yet, or the extension has just started) it is listed from kube-apiserver.
+type ownedObjects struct {
+	cache  cache.Cache
+	reader client.Reader
+	synced sync.Map // schema.GroupVersionKind -> struct{}
+}
+
+func newOwnedObjects(mgr manager.Manager) (*ownedObjects, error) {
+	c, err := cache.New(mgr.GetConfig(), cache.Options{
+		HTTPClient: mgr.GetHTTPClient(),
+		Scheme:     mgr.GetScheme(),
+		Mapper:     mgr.GetRESTMapper(),
+		// The chart grants EndpointSlices in kube-system only; the Cilium kinds are cluster-scoped.
+		DefaultNamespaces:    map[string]cache.Config{cilium.Namespace: {}},
+		DefaultLabelSelector: labels.SelectorFromSet(labels.Set{apiserverendpoints.LabelManagedBy: apiserverendpoints.ManagedByValue}),
+		DefaultTransform:     cache.TransformStripManagedFields(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the cache of owned objects: %w", err)
+	}
+	return &ownedObjects{cache: c, reader: mgr.GetAPIReader()}, nil
+}
+
+// List lists objects of list's kind from its informer once that has synced, else from kube-apiserver.
+func (o *ownedObjects) List(ctx context.Context, list *metav1.PartialObjectMetadataList, opts ...client.ListOption) error {
+	listOpts := (&client.ListOptions{}).ApplyOptions(opts)
+	gvk := list.GroupVersionKind()
+	gvk.Kind = strings.TrimSuffix(gvk.Kind, "List")
+	_, synced := o.synced.Load(gvk)
+	if !synced || (listOpts.Namespace != "" && listOpts.Namespace != cilium.Namespace) {
+		return o.reader.List(ctx, list, opts...)
+	}
+	return o.cache.List(ctx, list, opts...)
+}
+
+// informerStarter starts the informers a reconciliation reads once kube-apiserver serves their kinds. The extension
+// starts before Cilium, whose CRDs come with it: requiring them at start would keep the webhook that Cilium's own
+// start depends on from coming up.
+type informerStarter struct {
+	log    logr.Logger
+	scheme *runtime.Scheme
+	cache  cache.Cache
+	mapper meta.RESTMapper
+	owned  *ownedObjects
+	// interval is how often kinds not yet served are looked for again.
+	interval time.Duration
+}
+
+// typedInformers are the kinds the reconciliation reads through the manager's cache.
+var typedInformers = []client.Object{&ciliumv2.CiliumLoadBalancerIPPool{}}
+
+// Start starts each informer as soon as its kind is served, and runs the owned objects' cache as long as the
+// manager runs.
+func (s *informerStarter) Start(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cacheDone := make(chan error, 1)
+	go func() { cacheDone <- s.owned.cache.Start(ctx) }()
+
+	pending := map[schema.GroupVersionKind]func(context.Context) error{}
+	for _, obj := range typedInformers {
+		gvk, err := apiutil.GVKForObject(obj, s.scheme)
+		if err != nil {
+			return err
+		}
+		pending[gvk] = func(ctx context.Context) error {
+			_, err := s.cache.GetInformer(ctx, obj)
+			return err
+		}
+	}
+	for _, gvk := range managedKinds {
+		pending[gvk] = func(ctx context.Context) error {
+			obj := &metav1.PartialObjectMetadata{}
+			obj.SetGroupVersionKind(gvk)
+			if _, err := s.owned.cache.GetInformer(ctx, obj); err != nil {
+				return err
+			}
+			s.owned.synced.Store(gvk, struct{}{})
+			return nil
+		}
+	}
+
+	waitingFor := map[schema.GroupVersionKind]bool{}
+	err := wait.PollUntilContextCancel(ctx, s.interval, true, func(ctx context.Context) (bool, error) {
+		select {
+		case err := <-cacheDone:
+			return false, fmt.Errorf("the cache of owned objects stopped: %w", err)
+		default:
+		}
+		for gvk, start := range pending {
+			if _, err := s.mapper.RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
+				if meta.IsNoMatchError(err) && !waitingFor[gvk] {
+					waitingFor[gvk] = true
+					s.log.Info("Kind not served yet, its informer starts once it is (Cilium installs its CRDs)", "kind", gvk.String())
+				} else if !meta.IsNoMatchError(err) {
+					s.log.Error(err, "Cannot look up the kind", "kind", gvk.String())
+				}
+				continue
+			}
+			// GetInformer waits until the informer has synced; an informer that cannot sync (no RBAC) keeps trying
+			// in the background, and is waited for again on the next round.
+			startCtx, cancel := context.WithTimeout(ctx, time.Minute)
+			err := start(startCtx)
+			cancel()
+			if err != nil {
+				s.log.Error(err, "Informer has not synced yet", "kind", gvk.String())
+				continue
+			}
+			if waitingFor[gvk] {
+				s.log.Info("Kind served now, informer started", "kind", gvk.String())
+			}
+			delete(pending, gvk)
+		}
+		return len(pending) == 0, nil
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopping
+		}
+		return err
+	}
+	s.log.Info("Informers of the exposure's kinds synced")
+	// The owned objects' cache runs as long as the manager.
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-cacheDone:
+		return err
+	}
+}

@@ -1,0 +1,106 @@
+package beforecilium_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
+	v1beta1constants "github.com/gardener/gardener/pkg/apis/core/v1beta1/constants"
+	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
+)
+
+const ciliumVersion = "1.19.7"
+
+// TestExposureOnceCiliumIsInstalled: without Cilium's CRDs the extension keeps running and admits Cilium's
+// cilium-config; an exposure fails naming the missing kind; once the CRDs are installed the extension starts its
+// informers on its own and the exposure succeeds.
+func TestExposureOnceCiliumIsInstalled(t *testing.T) {
+	ctx := context.Background()
+	rendered, err := ciliumchart.Render(ciliumVersion, ciliumchart.Values(ciliumVersion))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := rendered.Config.DeepCopy()
+	if err := env.Client.Create(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	if cm.Data["enable-lb-ipam"] != "true" {
+		t.Errorf("cilium-config admitted without the webhook: enable-lb-ipam = %q", cm.Data["enable-lb-ipam"])
+	}
+
+	exp := fixtures.Exposure("bare-metal", fixtures.Nodes())
+	if err := env.Client.Create(ctx, exp); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, exp, func(op *gardencorev1beta1.LastOperation) bool {
+		return op.State == gardencorev1beta1.LastOperationStateError && strings.Contains(op.Description, "CiliumLoadBalancerIPPool")
+	})
+	select {
+	case <-env.Extension.Stopped():
+		t.Fatalf("the extension stopped without Cilium's CRDs: %v", env.Extension.Err())
+	default:
+	}
+
+	if err := env.InstallCiliumCRDs(); err != nil {
+		t.Fatal(err)
+	}
+	// The informers start once their kinds are served, without a restart.
+	if err := testenv.WaitFor(ctx, time.Minute, func(context.Context) (bool, error) {
+		if log := env.Extension.Log(); !strings.Contains(log, "Informers of the exposure's kinds synced") {
+			return false, fmt.Errorf("informers not synced yet")
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(exp), exp); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(exp.DeepCopy())
+	exp.Annotations = map[string]string{v1beta1constants.GardenerOperation: v1beta1constants.GardenerOperationReconcile}
+	if err := env.Client.Patch(ctx, exp, patch); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, exp, func(op *gardencorev1beta1.LastOperation) bool {
+		return op.State == gardencorev1beta1.LastOperationStateSucceeded
+	})
+	if len(exp.Status.Ingress) != 1 || exp.Status.Ingress[0].IP != fixtures.ExposureVIP {
+		t.Errorf("status.ingress %+v, want %s", exp.Status.Ingress, fixtures.ExposureVIP)
+	}
+	counts, err := env.Owned(ctx, exp.Namespace, exp.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range []string{"Service", "EndpointSlice", "CiliumLoadBalancerIPPool", "CiliumL2AnnouncementPolicy"} {
+		if counts[kind] != 1 {
+			t.Errorf("%d %s, want 1 (all: %v)", counts[kind], kind, counts)
+		}
+	}
+}
+
+// waitFor waits until the exposure's last operation, for its current generation and without a pending operation
+// annotation, satisfies done.
+func waitFor(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure, done func(*gardencorev1beta1.LastOperation) bool) {
+	t.Helper()
+	if err := testenv.WaitFor(context.Background(), time.Minute, func(ctx context.Context) (bool, error) {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(exp), exp); err != nil {
+			return false, err
+		}
+		op := exp.Status.LastOperation
+		if op == nil || exp.Annotations[v1beta1constants.GardenerOperation] != "" || exp.Status.ObservedGeneration != exp.Generation {
+			return false, fmt.Errorf("not reconciled yet")
+		}
+		return done(op), fmt.Errorf("last operation %s: %s", op.State, op.Description)
+	}); err != nil {
+		t.Fatalf("exposure %s: %v", exp.Name, err)
+	}
+}

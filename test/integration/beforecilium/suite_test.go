@@ -1,0 +1,26 @@
+// Package beforecilium_test starts the extension on a self-hosted shoot before Cilium is installed, as gardenadm
+// does: Cilium's CRDs come only later, with cilium-operator. The webhook must serve from the start, and exposures
+// must work once the CRDs are there.
+package beforecilium_test
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) {
+	testenv.CiliumCRDsAtStart = false
+	shoot := fixtures.WithExposureConfig(fixtures.Shoot(true), fixtures.ExposureConfigL2)
+	os.Exit(testenv.RunSuite(m, shoot, func(ctx context.Context, e *testenv.Env) (func(), error) {
+		env = e
+		ctx, cancel := context.WithCancel(ctx)
+		go env.FakeLBIPAM(ctx)
+		return cancel, nil
+	}))
+}
