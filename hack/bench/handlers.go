@@ -55,7 +55,10 @@ func newFixture(version string) (*fixture, error) {
 	for _, n := range fixtures.Nodes() {
 		objs = append(objs, n)
 	}
-	c := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).Build()
+	c, err := newCacheReads(fake.NewClientBuilder().WithScheme(s).Build(), s, objs)
+	if err != nil {
+		return nil, err
+	}
 	mgr := fakemanager.Manager{Scheme: s, Client: c}
 	f := &fixture{rendered: rendered, mutator: apiserveraccess.NewMutator(c), webhooks: map[string]*extensionswebhook.Webhook{}, scheme: s}
 	for _, add := range []func(manager.Manager) (*extensionswebhook.Webhook, error){
