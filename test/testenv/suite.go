@@ -43,6 +43,16 @@ func Use(env **Env) Setup {
 	}
 }
 
+// UseWithFakeLBIPAM keeps the environment and plays Cilium's LB-IPAM in it (FakeLBIPAM) until the suite ends.
+func UseWithFakeLBIPAM(env **Env) Setup {
+	return func(ctx context.Context, e *Env) (func(), error) {
+		*env = e
+		ctx, cancel := context.WithCancel(ctx)
+		go e.FakeLBIPAM(ctx)
+		return cancel, nil
+	}
+}
+
 func runSuite(m *testing.M, shoot *gardencorev1beta1.Shoot, setup Setup) (int, error) {
 	env, err := Start()
 	if err != nil {

@@ -100,7 +100,8 @@ func ModuleDir(module string) (string, error) {
 	return dir, nil
 }
 
-// Start starts kube-apiserver and etcd from KUBEBUILDER_ASSETS with Gardener's and Cilium's CRDs installed.
+// Start starts kube-apiserver and etcd from KUBEBUILDER_ASSETS with Gardener's CRDs and, unless CiliumCRDsAtStart is
+// false, Cilium's installed.
 func Start() (*Env, error) {
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {

@@ -53,7 +53,7 @@ type actuator struct {
 	// reader reads without the cache: the cache may lag behind what was applied.
 	reader client.Reader
 	// owned lists what exposures own, from informers once they have synced.
-	owned ownedLister
+	owned lister
 	// ingressWait is how long Reconcile waits for LB-IPAM within one call, polling the cache every pollInterval.
 	// gardenadm counts an exposure with a lastError as failed after ~30s, so the VIP should come within the call
 	// rather than after a requeue.
@@ -61,20 +61,13 @@ type actuator struct {
 }
 
 // NewActuator returns the actuator of SelfHostedShootExposures of type cilium.
-func NewActuator(c client.Client, reader client.Reader, owned ownedLister, ingressWait time.Duration) extensionsselfhostedshootexposure.Actuator {
+func NewActuator(c client.Client, reader client.Reader, owned lister, ingressWait time.Duration) extensionsselfhostedshootexposure.Actuator {
 	return &actuator{client: c, reader: reader, owned: owned, ingressWait: ingressWait, pollInterval: 20 * time.Millisecond}
 }
 
-// ownedLister lists objects' metadata.
-type ownedLister interface {
-	List(ctx context.Context, list *metav1.PartialObjectMetadataList, opts ...client.ListOption) error
-}
-
-// apiLister lists from kube-apiserver.
-type apiLister struct{ client.Reader }
-
-func (l apiLister) List(ctx context.Context, list *metav1.PartialObjectMetadataList, opts ...client.ListOption) error {
-	return l.Reader.List(ctx, list, opts...)
+// lister is what deleteOwned reads: kube-apiserver (a client.Reader) or the informers of ownedObjects.
+type lister interface {
+	List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error
 }
 
 // Reconcile applies the desired objects, removes those no longer desired, and returns the VIP once Cilium has
@@ -231,7 +224,7 @@ func (a *actuator) delete(ctx context.Context, log logr.Logger, exp *extensionsv
 	}
 	log.Info("Service deleted, deleting the other exposure objects")
 	// From kube-apiserver: after the exposure is gone, nothing sweeps what the informers had not seen yet.
-	_, err := a.deleteOwned(ctx, exp, nil, apiLister{a.reader})
+	_, err := a.deleteOwned(ctx, exp, nil, a.reader)
 	return err
 }
 
@@ -258,7 +251,7 @@ func (a *actuator) deleteService(ctx context.Context, namespace, name string, wa
 
 // deleteOwned deletes the objects of the exposure's labels that are not among keep. It returns how long listing each
 // kind took, for the log.
-func (a *actuator) deleteOwned(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, keep []client.Object, lister ownedLister) ([]string, error) {
+func (a *actuator) deleteOwned(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, keep []client.Object, from lister) ([]string, error) {
 	kept := sets.New[string]()
 	for _, obj := range keep {
 		kept.Insert(obj.GetObjectKind().GroupVersionKind().Kind + "/" + obj.GetName())
@@ -272,7 +265,7 @@ func (a *actuator) deleteOwned(ctx context.Context, exp *extensionsv1alpha1.Self
 			opts = append(opts, client.InNamespace(exp.Namespace))
 		}
 		listStart := time.Now()
-		err := lister.List(ctx, list, opts...)
+		err := from.List(ctx, list, opts...)
 		listed = append(listed, fmt.Sprintf("list %s %s", gvk.Kind, time.Since(listStart).Round(time.Millisecond)))
 		if err != nil {
 			if meta.IsNoMatchError(err) {

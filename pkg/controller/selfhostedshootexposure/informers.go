@@ -52,10 +52,11 @@ func newOwnedObjects(mgr manager.Manager) (*ownedObjects, error) {
 	return &ownedObjects{cache: c, reader: mgr.GetAPIReader()}, nil
 }
 
-// List lists objects of list's kind from its informer once that has synced, else from kube-apiserver.
-func (o *ownedObjects) List(ctx context.Context, list *metav1.PartialObjectMetadataList, opts ...client.ListOption) error {
+// List lists objects of list's kind (a PartialObjectMetadataList) from its informer once that has synced, else from
+// kube-apiserver.
+func (o *ownedObjects) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
 	listOpts := (&client.ListOptions{}).ApplyOptions(opts)
-	gvk := list.GroupVersionKind()
+	gvk := list.GetObjectKind().GroupVersionKind()
 	gvk.Kind = strings.TrimSuffix(gvk.Kind, "List")
 	_, synced := o.synced.Load(gvk)
 	if !synced || (listOpts.Namespace != "" && listOpts.Namespace != cilium.Namespace) {

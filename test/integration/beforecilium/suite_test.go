@@ -4,7 +4,6 @@
 package beforecilium_test
 
 import (
-	"context"
 	"os"
 	"testing"
 
@@ -17,10 +16,5 @@ var env *testenv.Env
 func TestMain(m *testing.M) {
 	testenv.CiliumCRDsAtStart = false
 	shoot := fixtures.WithExposureConfig(fixtures.Shoot(true), fixtures.ExposureConfigL2)
-	os.Exit(testenv.RunSuite(m, shoot, func(ctx context.Context, e *testenv.Env) (func(), error) {
-		env = e
-		ctx, cancel := context.WithCancel(ctx)
-		go env.FakeLBIPAM(ctx)
-		return cancel, nil
-	}))
+	os.Exit(testenv.RunSuite(m, shoot, testenv.UseWithFakeLBIPAM(&env)))
 }

@@ -3,7 +3,6 @@
 package selfhostedshootexposure_test
 
 import (
-	"context"
 	"os"
 	"testing"
 
@@ -15,12 +14,7 @@ var env *testenv.Env
 
 func TestMain(m *testing.M) {
 	shoot := fixtures.WithExposureConfig(fixtures.Shoot(true), fixtures.ExposureConfigL2)
-	os.Exit(testenv.RunSuite(m, shoot, func(ctx context.Context, e *testenv.Env) (func(), error) {
-		env = e
-		ctx, cancel := context.WithCancel(ctx)
-		go env.FakeLBIPAM(ctx)
-		return cancel, nil
-	}))
+	os.Exit(testenv.RunSuite(m, shoot, testenv.UseWithFakeLBIPAM(&env)))
 }
 
 // ciliumVersion is the chart whose cilium-config the suite installs.
