@@ -7,10 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
-	v1beta1constants "github.com/gardener/gardener/pkg/apis/core/v1beta1/constants"
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
@@ -62,12 +59,7 @@ func TestExposureOnceCiliumIsInstalled(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(exp), exp); err != nil {
-		t.Fatal(err)
-	}
-	patch := client.MergeFrom(exp.DeepCopy())
-	exp.Annotations = map[string]string{v1beta1constants.GardenerOperation: v1beta1constants.GardenerOperationReconcile}
-	if err := env.Client.Patch(ctx, exp, patch); err != nil {
+	if err := env.RequestReconcile(ctx, exp, func(*extensionsv1alpha1.SelfHostedShootExposure) {}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, exp, func(op *gardencorev1beta1.LastOperation) bool {
@@ -87,20 +79,10 @@ func TestExposureOnceCiliumIsInstalled(t *testing.T) {
 	}
 }
 
-// waitFor waits until the exposure's last operation, for its current generation and without a pending operation
-// annotation, satisfies done.
+// waitFor waits until the exposure's last operation, for its current generation, satisfies done.
 func waitFor(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure, done func(*gardencorev1beta1.LastOperation) bool) {
 	t.Helper()
-	if err := testenv.WaitFor(context.Background(), time.Minute, func(ctx context.Context) (bool, error) {
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(exp), exp); err != nil {
-			return false, err
-		}
-		op := exp.Status.LastOperation
-		if op == nil || exp.Annotations[v1beta1constants.GardenerOperation] != "" || exp.Status.ObservedGeneration != exp.Generation {
-			return false, fmt.Errorf("not reconciled yet")
-		}
-		return done(op), fmt.Errorf("last operation %s: %s", op.State, op.Description)
-	}); err != nil {
+	if err := env.WaitForLastOperation(context.Background(), exp, time.Minute, done); err != nil {
 		t.Fatalf("exposure %s: %v", exp.Name, err)
 	}
 }

@@ -2,7 +2,6 @@ package selfhostedshootexposure_test
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -19,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
-	v1beta1constants "github.com/gardener/gardener/pkg/apis/core/v1beta1/constants"
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
@@ -46,17 +44,7 @@ func owned(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure) map[st
 // reconcile asks for a reconciliation the way Gardener does and waits until it has happened.
 func reconcile(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure, mutate func(*extensionsv1alpha1.SelfHostedShootExposure)) {
 	t.Helper()
-	ctx := context.Background()
-	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(exp), exp); err != nil {
-		t.Fatal(err)
-	}
-	patch := client.MergeFrom(exp.DeepCopy())
-	mutate(exp)
-	if exp.Annotations == nil {
-		exp.Annotations = map[string]string{}
-	}
-	exp.Annotations[v1beta1constants.GardenerOperation] = v1beta1constants.GardenerOperationReconcile
-	if err := env.Client.Patch(ctx, exp, patch); err != nil {
+	if err := env.RequestReconcile(context.Background(), exp, mutate); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -64,15 +52,8 @@ func reconcile(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure, mu
 // waitForState waits until the exposure's last operation has the state and the annotation is gone.
 func waitForState(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure, state gardencorev1beta1.LastOperationState) {
 	t.Helper()
-	if err := testenv.WaitFor(context.Background(), 45*time.Second, func(ctx context.Context) (bool, error) {
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(exp), exp); err != nil {
-			return false, err
-		}
-		op := exp.Status.LastOperation
-		if op == nil || exp.Annotations[v1beta1constants.GardenerOperation] != "" || exp.Status.ObservedGeneration != exp.Generation {
-			return false, nil
-		}
-		return op.State == state, fmt.Errorf("last operation %s: %s", op.State, op.Description)
+	if err := env.WaitForLastOperation(context.Background(), exp, 45*time.Second, func(op *gardencorev1beta1.LastOperation) bool {
+		return op.State == state
 	}); err != nil {
 		t.Fatalf("exposure %s never reached %s: %v (lastError %v)", exp.Name, state, err, exp.Status.LastError)
 	}

@@ -1,0 +1,43 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
+	v1beta1constants "github.com/gardener/gardener/pkg/apis/core/v1beta1/constants"
+	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
+)
+
+// RequestReconcile applies mutate to the exposure and asks for a reconciliation the way Gardener does, with its
+// operation annotation.
+func (e *Env) RequestReconcile(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, mutate func(*extensionsv1alpha1.SelfHostedShootExposure)) error {
+	if err := e.Client.Get(ctx, client.ObjectKeyFromObject(exp), exp); err != nil {
+		return err
+	}
+	patch := client.MergeFrom(exp.DeepCopy())
+	mutate(exp)
+	if exp.Annotations == nil {
+		exp.Annotations = map[string]string{}
+	}
+	exp.Annotations[v1beta1constants.GardenerOperation] = v1beta1constants.GardenerOperationReconcile
+	return e.Client.Patch(ctx, exp, patch)
+}
+
+// WaitForLastOperation waits until the exposure has been reconciled at its generation, its operation annotation is
+// gone, and its last operation satisfies done. exp is kept up to date.
+func (e *Env) WaitForLastOperation(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, timeout time.Duration, done func(*gardencorev1beta1.LastOperation) bool) error {
+	return WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		if err := e.Client.Get(ctx, client.ObjectKeyFromObject(exp), exp); err != nil {
+			return false, err
+		}
+		op := exp.Status.LastOperation
+		if op == nil || exp.Annotations[v1beta1constants.GardenerOperation] != "" || exp.Status.ObservedGeneration != exp.Generation {
+			return false, nil
+		}
+		return done(op), fmt.Errorf("last operation %s: %s", op.State, op.Description)
+	})
+}
