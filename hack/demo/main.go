@@ -162,7 +162,7 @@ func (d *demo) ciliumAgents(ctx context.Context, version string) ([]string, erro
 
 	fmt.Println()
 	table := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(table, "NODE\tROLE\tKUBERNETES_SERVICE_HOST:PORT\tCILIUM_K8S_API_SERVER_URLS\tFROM")
+	fmt.Fprintln(table, "NODE\tROLE\tKUBERNETES_SERVICE_HOST:PORT\tCILIUM_K8S_API_SERVER_URLS\tRESOLVED BY HOSTALIASES TO\tFROM")
 	var problems []string
 	for _, node := range nodes.Items {
 		pod := ciliumchart.DaemonSetPod(agent, node.Name)
@@ -174,7 +174,14 @@ func (d *demo) ciliumAgents(ctx context.Context, version string) ([]string, erro
 			role = "control-plane"
 		}
 		env, from := resolved(pod, endpoints)
-		fmt.Fprintf(table, "%s\t%s\t%s\t%s\t%s\n", node.Name, role, env[cilium.EnvServiceHost]+":"+env[cilium.EnvServicePort], env[cilium.EnvAPIServerURLs], from)
+		var aliases []string
+		for _, a := range pod.Spec.HostAliases {
+			if slices.Contains(a.Hostnames, apiserverendpoints.ServerName) {
+				aliases = append(aliases, a.IP)
+			}
+		}
+		fmt.Fprintf(table, "%s\t%s\t%s\t%s\t%s\t%s\n", node.Name, role, env[cilium.EnvServiceHost]+":"+env[cilium.EnvServicePort],
+			env[cilium.EnvAPIServerURLs], strings.Join(aliases, ","), from)
 		if env[cilium.EnvServiceHost] == "" || strings.Contains(fmt.Sprint(env), ciliumchart.ExternalHost) {
 			problems = append(problems, fmt.Sprintf("the agent on %s does not avoid the external name: %v", node.Name, env))
 		}

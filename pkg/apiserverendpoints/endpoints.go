@@ -1,23 +1,39 @@
 // Package apiserverendpoints derives how Cilium reaches kube-apiserver on a self-hosted shoot without depending on
 // anything Cilium provides itself, and builds the ConfigMap that carries the control-plane endpoints to Cilium pods.
 //
-// On a self-hosted shoot kube-apiserver is a hostNetwork static pod on every control-plane node, listening on port 443
-// with a certificate valid for localhost, 127.0.0.1 and ::1 (gardener pkg/component/kubernetes/apiserver/secrets.go).
-// A component on a control-plane node therefore uses https://localhost:443; any other uses the control-plane nodes'
-// InternalIPs. The `kubernetes` ClusterIP (served by Cilium's kube-proxy replacement), the exposure VIP (announced by
-// Cilium) and the external domain (resolving to that VIP) are never used.
+// On a self-hosted shoot kube-apiserver is a hostNetwork static pod on every control-plane node, listening on port 443.
+// Its serving certificate (gardener pkg/component/kubernetes/apiserver/secrets.go reconcileSecretServer, plus
+// pkg/gardenlet/operation/botanist/kubeapiserver.go computeKubeAPIServerServerCertificateConfig) holds the DNS names of
+// the `kube-apiserver` and `kubernetes` Services, localhost, 127.0.0.1, ::1, the `kubernetes` ClusterIPs, the technical
+// ID and the api.<domain> names, but no node IP. So:
+//
+//   - a component on a control-plane node uses https://localhost:443, its own node's kube-apiserver;
+//   - any other dials the control-plane nodes' InternalIPs, but verifies the certificate under ServerName, a name the
+//     certificate holds: either as the host of its one URL, resolved to those IPs by hostAliases in the pod's
+//     /etc/hosts, or as the tls-server-name of the Kubeconfig this package builds.
+//
+// The `kubernetes` ClusterIP (served by Cilium's kube-proxy replacement), the exposure VIP (announced by Cilium) and
+// the external domain (resolving to that VIP) are never used.
 package apiserverendpoints
 
 import (
+	"fmt"
+	"hash/fnv"
 	"net/netip"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	clientcmdlatest "k8s.io/client-go/tools/clientcmd/api/latest"
+	clientcmdv1 "k8s.io/client-go/tools/clientcmd/api/v1"
 
 	v1beta1constants "github.com/gardener/gardener/pkg/apis/core/v1beta1/constants"
+	kubernetesutils "github.com/gardener/gardener/pkg/utils/kubernetes"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 )
@@ -31,11 +47,23 @@ const (
 	// ConfigMapName is the ConfigMap in kube-system that this extension keeps current from the control-plane Nodes.
 	// Cilium's pod templates reference it, so a pod created while the webhook is unreachable still avoids the VIP.
 	ConfigMapName = "cilium-selfhosted-apiserver-endpoints"
-	// KeyServiceHost holds the first control-plane InternalIP (not bracketed: client-go joins host and port itself).
-	KeyServiceHost = cilium.EnvServiceHost
-	// KeyAPIServerURLs holds all control-plane endpoints as a comma-separated list of https URLs, which Cilium's
-	// config decoder splits (cilium/hive cell/config.go decoderConfig: StringToSliceHookFunc(",")).
+	// KeyAPIServerURLs holds all control-plane endpoints as a comma-separated list of https URLs of their InternalIPs,
+	// which Cilium's config decoder splits (cilium/hive cell/config.go decoderConfig: StringToSliceHookFunc(",")). Only
+	// together with the Kubeconfig, which names the certificate's ServerName, do they verify.
 	KeyAPIServerURLs = cilium.EnvAPIServerURLs
+	// KeyKubeconfigPath holds KubeconfigPath, so that a template's environment names the kubeconfig only while the
+	// ConfigMap (and so the file) exists.
+	KeyKubeconfigPath = cilium.EnvKubeconfigPath
+	// KeyKubeconfig holds the Kubeconfig.
+	KeyKubeconfig = "kubeconfig"
+
+	// VolumeName is the volume of the endpoints ConfigMap in Cilium's pod templates, mounted at MountPath.
+	VolumeName = "cilium-selfhosted-apiserver"
+	// MountPath is where the endpoints ConfigMap is mounted.
+	MountPath = "/var/lib/cilium-selfhosted-apiserver"
+
+	// ServiceAccountDir is where kubelet mounts a pod's service-account token and CA.
+	ServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 	// LabelManagedBy marks objects that this extension owns.
 	LabelManagedBy = "app.kubernetes.io/managed-by"
@@ -43,14 +71,30 @@ const (
 	ManagedByValue = "gardener-extension-cilium-selfhosted"
 )
 
-// PortString is Port as an environment value.
-var PortString = strconv.Itoa(Port)
+var (
+	// PortString is Port as an environment value.
+	PortString = strconv.Itoa(Port)
 
-// LocalURL is the one API server URL of a Cilium component on a control-plane node. Exactly one: with more than one
-// URL a >= 1.18 agent moves its client to the `kubernetes` ClusterIP once it has synced
-// (pkg/k8s/client/rest_config_provider.go: canRotateAPIServerURL is len(apiServerURLs) > 1, and only then
-// registerMappingsUpdater switches to the service in updateMappings).
-var LocalURL = URL(LocalHost)
+	// LocalURL is the one API server URL of a Cilium component on a control-plane node. Exactly one: with more than one
+	// URL a >= 1.18 agent moves its client to the `kubernetes` ClusterIP once it has synced
+	// (pkg/k8s/client/rest_config_provider.go: canRotateAPIServerURL is len(apiServerURLs) > 1, and only then
+	// registerMappingsUpdater switches to the service in updateMappings).
+	LocalURL = URL(LocalHost)
+
+	// ServerName is the name under which components off the control plane verify kube-apiserver's certificate:
+	// kube-apiserver.kube-system.svc.cluster.local, which Gardener puts into every kube-apiserver certificate
+	// (kubernetesutils.DNSNamesForService of the kube-apiserver Deployment in its namespace). On a self-hosted shoot no
+	// `kube-apiserver` Service exists (gardenlet's shoot flow skips "Deploying Kubernetes API server service" when
+	// IsSelfHosted, pkg/gardenlet/controller/shoot/shoot/reconciler_reconcile.go), so the name resolves to nothing but
+	// what a pod's hostAliases say: never to the ClusterIP, the VIP or the external domain.
+	ServerName = kubernetesutils.FQDNForService(v1beta1constants.DeploymentNameKubeAPIServer, metav1.NamespaceSystem)
+	// ServerURL is the one API server URL of a Cilium pod off the control plane; its hostAliases resolve ServerName to
+	// every control-plane InternalIP, and Go's dialer tries them in turn.
+	ServerURL = URL(ServerName)
+
+	// KubeconfigPath is where a container finds the Kubeconfig.
+	KubeconfigPath = path.Join(MountPath, KeyKubeconfig)
+)
 
 // URL is the https URL of kube-apiserver on host (an IP, bracketed if IPv6, or a name).
 func URL(host string) string {
@@ -60,17 +104,24 @@ func URL(host string) string {
 	return "https://" + host + ":" + PortString
 }
 
-// IsControlPlaneNode tells whether a Node runs kube-apiserver: gardener-node-agent labels control-plane nodes with
-// node-role.kubernetes.io/control-plane.
+// IsControlPlaneNode tells whether a Node runs kube-apiserver. kubelet registers a node of the control-plane pool with
+// the taint node-role.kubernetes.io/control-plane (gardener pkg/component/extensions/operatingsystemconfig
+// operatingsystemconfig.go, kubelet's RegisterWithTaints); gardener-node-agent adds the label of the same key only
+// afterwards (pkg/nodeagent/controller/operatingsystemconfig/reconciler.go). The DaemonSet controller creates a node's
+// Cilium pod as soon as the node is registered, so either one counts.
 func IsControlPlaneNode(node *corev1.Node) bool {
-	_, ok := node.Labels[v1beta1constants.LabelNodeRoleControlPlane]
-	return ok
+	if _, ok := node.Labels[v1beta1constants.LabelNodeRoleControlPlane]; ok {
+		return true
+	}
+	return slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool {
+		return t.Key == v1beta1constants.LabelNodeRoleControlPlane
+	})
 }
 
 // ControlPlane are the kube-apiserver addresses of all control-plane nodes.
 type ControlPlane struct {
-	// Addresses are the nodes' InternalIPs, unique and sorted (IPv4 before IPv6), so that every agent sees the same
-	// list and the first entry is stable.
+	// Addresses are the nodes' InternalIPs, unique and sorted (IPv4 before IPv6), so that every reader sees the same
+	// list.
 	Addresses []netip.Addr
 }
 
@@ -98,15 +149,7 @@ func FromNodes(nodes []corev1.Node) ControlPlane {
 // Empty tells whether no control-plane endpoint is known.
 func (c ControlPlane) Empty() bool { return len(c.Addresses) == 0 }
 
-// Host is the first control-plane address, for KUBERNETES_SERVICE_HOST.
-func (c ControlPlane) Host() string {
-	if c.Empty() {
-		return ""
-	}
-	return c.Addresses[0].String()
-}
-
-// URLs are the https URLs of all control-plane nodes, for Cilium's start-up failover between them.
+// URLs are the https URLs of all control-plane nodes' InternalIPs.
 func (c ControlPlane) URLs() []string {
 	urls := make([]string, 0, len(c.Addresses))
 	for _, a := range c.Addresses {
@@ -115,17 +158,71 @@ func (c ControlPlane) URLs() []string {
 	return urls
 }
 
-// Data is the content of the endpoints ConfigMap.
-func (c ControlPlane) Data() map[string]string {
-	return map[string]string{
-		KeyServiceHost:   c.Host(),
-		KeyAPIServerURLs: strings.Join(c.URLs(), ","),
+// HostAliases resolve ServerName to every control-plane address, one entry per address, starting at the address that
+// key picks. kubelet writes them, in this order, into the pod's /etc/hosts, for hostNetwork pods too
+// (pkg/kubelet/kubelet_pods.go nodeHostsFileContent); Go's resolver returns a name's addresses from the hosts file in
+// file order and the dialer tries them one after the other. A different start per node spreads the nodes' Cilium
+// pods over the control-plane nodes; the rest of the list is the failover.
+func (c ControlPlane) HostAliases(key string) []corev1.HostAlias {
+	if c.Empty() {
+		return nil
 	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	start := int(h.Sum32() % uint32(len(c.Addresses)))
+	aliases := make([]corev1.HostAlias, 0, len(c.Addresses))
+	for i := range c.Addresses {
+		addr := c.Addresses[(start+i)%len(c.Addresses)]
+		aliases = append(aliases, corev1.HostAlias{IP: addr.String(), Hostnames: []string{ServerName}})
+	}
+	return aliases
+}
+
+// Kubeconfig is the kubeconfig of a pod template's containers: the first control-plane address as server, verified
+// under ServerName against the pod's service-account CA, authenticated with the pod's service-account token (client-go
+// re-reads the token file, so rotated tokens are used). Cilium also sends requests to the URLs of
+// CILIUM_K8S_API_SERVER_URLS when it has several, with this kubeconfig's TLS settings (rest_config_provider.go
+// createConfig wraps the kubeconfig's transport in its rotating round tripper), which is how a template-created
+// operator fails over.
+func (c ControlPlane) Kubeconfig() (string, error) {
+	if c.Empty() {
+		return "", nil
+	}
+	cfg := kubernetesutils.NewKubeconfig("kube-apiserver",
+		clientcmdv1.Cluster{
+			Server:               c.URLs()[0],
+			TLSServerName:        ServerName,
+			CertificateAuthority: path.Join(ServiceAccountDir, corev1.ServiceAccountRootCAKey),
+		},
+		clientcmdv1.AuthInfo{TokenFile: path.Join(ServiceAccountDir, corev1.ServiceAccountTokenKey)},
+	)
+	out, err := runtime.Encode(clientcmdlatest.Codec, cfg)
+	if err != nil {
+		return "", fmt.Errorf("encoding the kubeconfig: %w", err)
+	}
+	return string(out), nil
+}
+
+// Data is the content of the endpoints ConfigMap.
+func (c ControlPlane) Data() (map[string]string, error) {
+	kubeconfig, err := c.Kubeconfig()
+	if err != nil {
+		return nil, err
+	}
+	return map[string]string{
+		KeyAPIServerURLs:  strings.Join(c.URLs(), ","),
+		KeyKubeconfigPath: KubeconfigPath,
+		KeyKubeconfig:     kubeconfig,
+	}, nil
 }
 
 // ConfigMap is the endpoints ConfigMap for server-side apply.
-func ConfigMap(c ControlPlane) *corev1ac.ConfigMapApplyConfiguration {
+func ConfigMap(c ControlPlane) (*corev1ac.ConfigMapApplyConfiguration, error) {
+	data, err := c.Data()
+	if err != nil {
+		return nil, err
+	}
 	return corev1ac.ConfigMap(ConfigMapName, cilium.Namespace).
 		WithLabels(map[string]string{LabelManagedBy: ManagedByValue}).
-		WithData(c.Data())
+		WithData(data), nil
 }

@@ -45,12 +45,17 @@ var APIServerContainers = []string{
 // then the config directory (the `cilium-config` ConfigMap, merged as viper's config layer by pkg/option/config.go
 // InitConfig -> ReadDirConfig -> MergeConfig), in viper's order.
 const (
-	EnvServiceHost   = "KUBERNETES_SERVICE_HOST"
-	EnvServicePort   = "KUBERNETES_SERVICE_PORT"
-	EnvAPIServerURLs = "CILIUM_K8S_API_SERVER_URLS"
-	EnvAPIServer     = "CILIUM_K8S_API_SERVER"
+	EnvServiceHost    = "KUBERNETES_SERVICE_HOST"
+	EnvServicePort    = "KUBERNETES_SERVICE_PORT"
+	EnvAPIServerURLs  = "CILIUM_K8S_API_SERVER_URLS"
+	EnvAPIServer      = "CILIUM_K8S_API_SERVER"
+	EnvKubeconfigPath = "CILIUM_K8S_KUBECONFIG_PATH"
 
-	// FlagAPIServerURLs and FlagAPIServer are also the keys of these options in `cilium-config`.
-	FlagAPIServerURLs = "k8s-api-server-urls"
-	FlagAPIServer     = "k8s-api-server"
+	// FlagAPIServerURLs, FlagAPIServer and FlagKubeconfigPath are also the keys of these options in `cilium-config`.
+	FlagAPIServerURLs  = "k8s-api-server-urls"
+	FlagAPIServer      = "k8s-api-server"
+	FlagKubeconfigPath = "k8s-kubeconfig-path"
 )
+
+// APIServerFlags are the options that decide which kube-apiserver a component uses.
+var APIServerFlags = []string{FlagAPIServerURLs, FlagAPIServer, FlagKubeconfigPath}

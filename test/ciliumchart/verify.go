@@ -9,55 +9,93 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 )
 
-// Expected is how every API-server container of a pod must reach kube-apiserver once resolved; URLs is empty where
-// the Cilium version has no URL list.
+// Expected is how an API-server container of a pod must reach kube-apiserver once its environment is resolved.
 type Expected struct {
+	// Host, Port and URLs are KUBERNETES_SERVICE_HOST, KUBERNETES_SERVICE_PORT and CILIUM_K8S_API_SERVER_URLS; URLs is
+	// empty where the variable must be unset. KeepHost: KUBERNETES_SERVICE_HOST and _PORT stay as rendered.
 	Host, Port, URLs string
+	KeepHost         bool
+	// Kubeconfig is CILIUM_K8S_KUBECONFIG_PATH, empty where it must be unset.
+	Kubeconfig string
 }
 
-// apiServerVars are the variables whose value Expected describes; every other one must stay as rendered.
-var apiServerVars = []string{cilium.EnvServiceHost, cilium.EnvServicePort, cilium.EnvAPIServerURLs, cilium.EnvAPIServer}
+// Want says what a container is expected to get.
+type Want func(c corev1.Container) Expected
 
-// VerifyPinned compares a mutated pod spec with the rendered one and lists what is wrong: what VerifyEnv checks, and
-// that every field outside env, args and command is exactly as rendered.
-func VerifyPinned(mutated, rendered *corev1.PodSpec, want Expected, configMaps map[string]map[string]string) []string {
+// apiServerVars are the variables whose value Expected describes; every other one must stay as rendered.
+var apiServerVars = []string{cilium.EnvServiceHost, cilium.EnvServicePort, cilium.EnvAPIServerURLs, cilium.EnvAPIServer, cilium.EnvKubeconfigPath}
+
+// VerifyPinned compares a mutated pod spec with the rendered one and lists what is wrong: what VerifyEnv checks; that
+// hostAliases resolve apiserverendpoints.ServerName to exactly hostAliases (none if empty); that the endpoints volume
+// is there exactly when a container gets a kubeconfig; and that every other field is exactly as rendered.
+func VerifyPinned(mutated, rendered *corev1.PodSpec, want Want, hostAliases []string, configMaps map[string]map[string]string) []string {
 	problems := VerifyEnv(mutated, rendered, want, configMaps)
+	var resolved []string
+	for _, a := range mutated.HostAliases {
+		if slices.Contains(a.Hostnames, apiserverendpoints.ServerName) {
+			resolved = append(resolved, a.IP)
+		}
+	}
+	if !slices.Equal(slices.Sorted(slices.Values(resolved)), slices.Sorted(slices.Values(hostAliases))) {
+		problems = append(problems, fmt.Sprintf("hostAliases resolve %s to %v, want %v", apiserverendpoints.ServerName, resolved, hostAliases))
+	}
 	renderedContainers := slices.Concat(rendered.InitContainers, rendered.Containers)
 	mutatedContainers := slices.Concat(mutated.InitContainers, mutated.Containers)
 	if len(renderedContainers) != len(mutatedContainers) {
 		return problems
 	}
+	kubeconfig := false
 	for i, r := range renderedContainers {
 		m := mutatedContainers[i]
 		rest, restMutated := r.DeepCopy(), m.DeepCopy()
 		rest.Env, rest.Args, rest.Command, restMutated.Env, restMutated.Args, restMutated.Command = nil, nil, nil, nil, nil, nil
+		restMutated.VolumeMounts = slices.DeleteFunc(restMutated.VolumeMounts, func(vm corev1.VolumeMount) bool {
+			return vm.Name == apiserverendpoints.VolumeName
+		})
 		if !equality.Semantic.DeepEqual(rest, restMutated) {
-			problems = append(problems, fmt.Sprintf("container %s: fields other than env and args changed", m.Name))
+			problems = append(problems, fmt.Sprintf("container %s: fields other than env, args and its volume mount changed", m.Name))
+		}
+		if talksToAPIServer(r) && want(r).Kubeconfig != "" {
+			kubeconfig = true
+			if !slices.ContainsFunc(m.VolumeMounts, func(vm corev1.VolumeMount) bool {
+				return vm.Name == apiserverendpoints.VolumeName && vm.MountPath == apiserverendpoints.MountPath
+			}) {
+				problems = append(problems, fmt.Sprintf("container %s gets a kubeconfig but does not mount it", m.Name))
+			}
 		}
 	}
 	restSpec, restMutated := rendered.DeepCopy(), mutated.DeepCopy()
 	restSpec.InitContainers, restSpec.Containers, restMutated.InitContainers, restMutated.Containers = nil, nil, nil, nil
+	restMutated.HostAliases = slices.DeleteFunc(restMutated.HostAliases, func(a corev1.HostAlias) bool {
+		return slices.Contains(a.Hostnames, apiserverendpoints.ServerName)
+	})
+	if len(restMutated.HostAliases) == 0 {
+		restMutated.HostAliases = restSpec.HostAliases
+	}
+	i := slices.IndexFunc(restMutated.Volumes, func(v corev1.Volume) bool { return v.Name == apiserverendpoints.VolumeName })
+	if (i >= 0) != kubeconfig {
+		problems = append(problems, fmt.Sprintf("endpoints volume present: %v, want %v", i >= 0, kubeconfig))
+	}
+	if i >= 0 {
+		restMutated.Volumes = slices.Delete(restMutated.Volumes, i, i+1)
+	}
 	if !equality.Semantic.DeepEqual(restSpec, restMutated) {
-		problems = append(problems, "pod spec fields outside the containers changed")
+		problems = append(problems, "pod spec fields outside the containers, hostAliases and the endpoints volume changed")
 	}
 	return problems
 }
 
 // VerifyEnv compares the containers of a mutated pod spec with the rendered ones and lists what is wrong:
-//   - every container that the chart pointed at kube-apiserver resolves (against configMaps, name -> data) to want;
-//   - no `--k8s-api-server*` flag is left, and the external name appears nowhere in the spec;
+//   - every container that talks to kube-apiserver resolves (against configMaps, name -> data) to what want says;
+//   - no `--k8s-api-server*` or `--k8s-kubeconfig-path` flag is left, and the external name appears nowhere in the
+//     spec except where want keeps the rendered KUBERNETES_SERVICE_HOST;
 //   - the env, args and command of every other container, and every unrelated env var, are exactly as rendered.
-//
-// It leaves the other fields alone, which kube-apiserver defaults.
-func VerifyEnv(mutated, rendered *corev1.PodSpec, want Expected, configMaps map[string]map[string]string) []string {
+func VerifyEnv(mutated, rendered *corev1.PodSpec, want Want, configMaps map[string]map[string]string) []string {
 	var problems []string
-	if b, _ := json.Marshal(mutated); strings.Contains(string(b), ExternalHost) {
-		problems = append(problems, "the external API name is still in the spec")
-	}
-
 	renderedContainers := slices.Concat(rendered.InitContainers, rendered.Containers)
 	mutatedContainers := slices.Concat(mutated.InitContainers, mutated.Containers)
 	if len(renderedContainers) != len(mutatedContainers) {
@@ -65,22 +103,30 @@ func VerifyEnv(mutated, rendered *corev1.PodSpec, want Expected, configMaps map[
 	}
 	for i, r := range renderedContainers {
 		m := mutatedContainers[i]
-		if !pointsAtAPIServer(r) {
+		if !talksToAPIServer(r) {
 			if !equality.Semantic.DeepEqual(r.Env, m.Env) || !slices.Equal(r.Args, m.Args) || !slices.Equal(r.Command, m.Command) {
 				problems = append(problems, fmt.Sprintf("container %s does not talk to the API server but changed", r.Name))
 			}
 			continue
 		}
-		got := ResolveEnv(m.Env, configMaps)
-		if got[cilium.EnvServiceHost] != want.Host || got[cilium.EnvServicePort] != want.Port || got[cilium.EnvAPIServerURLs] != want.URLs {
-			problems = append(problems, fmt.Sprintf("container %s: host=%q port=%q urls=%q, want host=%q port=%q urls=%q", m.Name,
-				got[cilium.EnvServiceHost], got[cilium.EnvServicePort], got[cilium.EnvAPIServerURLs], want.Host, want.Port, want.URLs))
+		w := want(r)
+		got, rendered := ResolveEnv(m.Env, configMaps), ResolveEnv(r.Env, nil)
+		if w.KeepHost {
+			w.Host, w.Port = rendered[cilium.EnvServiceHost], rendered[cilium.EnvServicePort]
+		} else if b, _ := json.Marshal(m); strings.Contains(string(b), ExternalHost) {
+			problems = append(problems, fmt.Sprintf("container %s: the external API name is still there", m.Name))
+		}
+		if got[cilium.EnvServiceHost] != w.Host || got[cilium.EnvServicePort] != w.Port || got[cilium.EnvAPIServerURLs] != w.URLs ||
+			got[cilium.EnvKubeconfigPath] != w.Kubeconfig {
+			problems = append(problems, fmt.Sprintf("container %s: host=%q port=%q urls=%q kubeconfig=%q, want host=%q port=%q urls=%q kubeconfig=%q", m.Name,
+				got[cilium.EnvServiceHost], got[cilium.EnvServicePort], got[cilium.EnvAPIServerURLs], got[cilium.EnvKubeconfigPath],
+				w.Host, w.Port, w.URLs, w.Kubeconfig))
 		}
 		if _, ok := got[cilium.EnvAPIServer]; ok {
 			problems = append(problems, fmt.Sprintf("container %s still sets %s", m.Name, cilium.EnvAPIServer))
 		}
 		for _, arg := range slices.Concat(m.Command, m.Args) {
-			if strings.HasPrefix(arg, "--k8s-api-server") {
+			if strings.HasPrefix(arg, "--k8s-api-server") || strings.HasPrefix(arg, "--k8s-kubeconfig-path") {
 				problems = append(problems, fmt.Sprintf("container %s still has %s", m.Name, arg))
 			}
 		}
@@ -91,9 +137,11 @@ func VerifyEnv(mutated, rendered *corev1.PodSpec, want Expected, configMaps map[
 	return problems
 }
 
-// pointsAtAPIServer: the chart rendered the API server environment into this container.
-func pointsAtAPIServer(c corev1.Container) bool {
-	return slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == cilium.EnvServiceHost })
+// talksToAPIServer: the containers of Cilium's charts that talk to kube-apiserver (upstream's renders the API server
+// environment into them; Gardener's leaves the agent's to kubelet).
+func talksToAPIServer(c corev1.Container) bool {
+	return slices.Contains(cilium.APIServerContainers, c.Name) ||
+		slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == cilium.EnvServiceHost })
 }
 
 func otherEnv(env []corev1.EnvVar) []corev1.EnvVar {
@@ -118,4 +166,42 @@ func ResolveEnv(env []corev1.EnvVar, configMaps map[string]map[string]string) ma
 		}
 	}
 	return out
+}
+
+// WantLocal is what every API-server container of a pod on a control-plane node gets: its own node's kube-apiserver.
+func WantLocal(version string) Want {
+	return wantURL(version, apiserverendpoints.LocalHost, apiserverendpoints.LocalURL)
+}
+
+// WantByName is what every API-server container of a pod off the control plane gets: the server name, which its
+// hostAliases resolve to the control-plane nodes.
+func WantByName(version string) Want {
+	return wantURL(version, apiserverendpoints.ServerName, apiserverendpoints.ServerURL)
+}
+
+func wantURL(version, host, url string) Want {
+	return func(corev1.Container) Expected {
+		e := Expected{Host: host, Port: apiserverendpoints.PortString}
+		if supportsURLs(version) {
+			e.URLs = url
+		}
+		return e
+	}
+}
+
+// WantTemplate is what every API-server container of a template gets: the kubeconfig and, from 1.18 on and except in
+// the agent's main container, the control-plane URLs (controlPlaneURLs as the endpoints ConfigMap has them).
+func WantTemplate(version, controlPlaneURLs string) Want {
+	return func(c corev1.Container) Expected {
+		e := Expected{KeepHost: true, Kubeconfig: apiserverendpoints.KubeconfigPath}
+		if supportsURLs(version) && c.Name != cilium.AgentContainerName {
+			e.URLs = controlPlaneURLs
+		}
+		return e
+	}
+}
+
+func supportsURLs(version string) bool {
+	v, _ := cilium.VersionFromImage("cilium:v" + version)
+	return v.SupportsAPIServerURLs()
 }

@@ -22,6 +22,11 @@ type Process struct {
 
 // StartProcess starts binary with args, writing its output to logPath.
 func StartProcess(logPath, binary string, args ...string) (*Process, error) {
+	return StartCommand(logPath, exec.Command(binary, args...))
+}
+
+// StartCommand starts cmd, writing its output to logPath.
+func StartCommand(logPath string, cmd *exec.Cmd) (*Process, error) {
 	p := &Process{logPath: logPath, done: make(chan struct{})}
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
 		return nil, err
@@ -30,11 +35,11 @@ func StartProcess(logPath, binary string, args ...string) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.cmd = exec.Command(binary, args...)
+	p.cmd = cmd
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	if err := p.cmd.Start(); err != nil {
 		logFile.Close()
-		return nil, fmt.Errorf("starting %s: %w", filepath.Base(binary), err)
+		return nil, fmt.Errorf("starting %s: %w", filepath.Base(cmd.Path), err)
 	}
 	go func() {
 		p.err = p.cmd.Wait()

@@ -144,6 +144,12 @@ func Start() (*Env, error) {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
+	if GardenerCertificates != nil {
+		if err := GardenerCertificates.install(apiServer); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+	}
 	e := &Env{Environment: env, Dir: dir, APIServerLog: filepath.Join(dir, "kube-apiserver.log"), EtcdLog: filepath.Join(dir, "etcd.log")}
 	apiServerLog, err := e.createLog(e.APIServerLog)
 	if err != nil {

@@ -72,7 +72,7 @@ func newWebhook(mgr manager.Manager, name string, selector *metav1.LabelSelector
 		Path:    name,
 		Target:  extensionswebhook.TargetShoot,
 		Types:   types,
-		Webhook: &admission.Webhook{Handler: &handler{mutator: NewMutator(mgr.GetClient())}, RecoverPanic: new(true)},
+		Webhook: &admission.Webhook{Handler: &handler{name: name, mutator: NewMutator(mgr.GetClient())}, RecoverPanic: new(true)},
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{
 			corev1.LabelMetadataName: cilium.Namespace,
 		}},

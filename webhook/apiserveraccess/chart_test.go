@@ -3,6 +3,7 @@ package apiserveraccess_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
@@ -136,26 +137,27 @@ func (a *admitter) matches(wh *extensionswebhook.Webhook, obj client.Object, kin
 
 // endpointsConfigMap is what the endpoints controller writes for the fixture nodes.
 var endpointsConfigMap = map[string]map[string]string{apiserverendpoints.ConfigMapName: {
-	apiserverendpoints.KeyServiceHost:   fixtures.ControlPlaneHost,
-	apiserverendpoints.KeyAPIServerURLs: fixtures.ControlPlaneURLs,
+	apiserverendpoints.KeyAPIServerURLs:  fixtures.ControlPlaneURLs,
+	apiserverendpoints.KeyKubeconfigPath: apiserverendpoints.KubeconfigPath,
 }}
 
-func expected(version string, controlPlane bool) ciliumchart.Expected {
-	v, _ := cilium.VersionFromImage("cilium:v" + version)
-	want := ciliumchart.Expected{Host: fixtures.ControlPlaneHost, Port: "443", URLs: fixtures.ControlPlaneURLs}
-	if controlPlane {
-		want = ciliumchart.Expected{Host: "localhost", Port: "443", URLs: "https://localhost:443"}
+// controlPlaneIPs are the fixture's control-plane InternalIPs, which hostAliases must resolve the server name to.
+var controlPlaneIPs = strings.Split(strings.ReplaceAll(strings.ReplaceAll(fixtures.ControlPlaneURLs, "https://", ""), ":443", ""), ",")
+
+func verify(t *testing.T, what string, mutated, rendered client.Object, want ciliumchart.Want, hostAliases []string) {
+	t.Helper()
+	for _, p := range ciliumchart.VerifyPinned(ciliumchart.PodSpec(mutated), ciliumchart.PodSpec(rendered), want, hostAliases, endpointsConfigMap) {
+		t.Errorf("%s: %s", what, p)
 	}
-	if !v.SupportsAPIServerURLs() {
-		want.URLs = ""
-	}
-	return want
 }
 
-func verify(t *testing.T, what string, mutated, rendered client.Object, want ciliumchart.Expected) {
+// verifyPod checks a pod admitted on a control-plane node or elsewhere.
+func verifyPod(t *testing.T, what, version string, mutated, rendered client.Object, controlPlane bool) {
 	t.Helper()
-	for _, p := range ciliumchart.VerifyPinned(ciliumchart.PodSpec(mutated), ciliumchart.PodSpec(rendered), want, endpointsConfigMap) {
-		t.Errorf("%s: %s", what, p)
+	if controlPlane {
+		verify(t, what, mutated, rendered, ciliumchart.WantLocal(version), nil)
+	} else {
+		verify(t, what, mutated, rendered, ciliumchart.WantByName(version), controlPlaneIPs)
 	}
 }
 
@@ -178,7 +180,7 @@ func TestRealChart(t *testing.T) {
 				if ops == 0 {
 					t.Errorf("%s: no patch", w.GetName())
 				}
-				verify(t, w.GetName()+" template", mutated, w, expected(version, false))
+				verify(t, w.GetName()+" template", mutated, w, ciliumchart.WantTemplate(version, fixtures.ControlPlaneURLs), nil)
 				if _, again := a.admit(mutated); again != 0 {
 					t.Errorf("%s: the second admission patched again (%d operations)", w.GetName(), again)
 				}
@@ -189,7 +191,7 @@ func TestRealChart(t *testing.T) {
 			if _, ok := data[cilium.FlagAPIServerURLs]; ok {
 				t.Errorf("cilium-config still has %s", cilium.FlagAPIServerURLs)
 			}
-			if len(data) != len(rendered.Config.Data)-countKeys(rendered.Config.Data, cilium.FlagAPIServerURLs, cilium.FlagAPIServer) {
+			if len(data) != len(rendered.Config.Data)-countKeys(rendered.Config.Data, cilium.APIServerFlags...) {
 				t.Errorf("cilium-config lost unrelated keys")
 			}
 			if _, again := a.admit(config); again != 0 {
@@ -202,7 +204,7 @@ func TestRealChart(t *testing.T) {
 				for node, controlPlane := range map[string]bool{"cp-1": true, "worker-0": false, "unknown-node": false} {
 					pod := ciliumchart.DaemonSetPod(ds, node)
 					mutated, _ := a.admit(pod)
-					verify(t, ds.Name+" pod on "+node, mutated, pod, expected(version, controlPlane))
+					verifyPod(t, ds.Name+" pod on "+node, version, mutated, pod, controlPlane)
 					if _, again := a.admit(mutated); again != 0 {
 						t.Errorf("%s pod on %s: the second admission patched again", ds.Name, node)
 					}
@@ -210,12 +212,12 @@ func TestRealChart(t *testing.T) {
 			}
 			operatorPod := ciliumchart.DeploymentPod(rendered.Operator)
 			mutated, _ := a.admit(operatorPod)
-			verify(t, "operator pod", mutated, operatorPod, expected(version, false))
+			verifyPod(t, "operator pod", version, mutated, operatorPod, false)
 
 			scheduled := operatorPod.DeepCopy()
 			scheduled.Spec.NodeName = "cp-2"
 			mutated, _ = a.admit(scheduled)
-			verify(t, "operator pod on cp-2", mutated, scheduled, expected(version, true))
+			verifyPod(t, "operator pod on cp-2", version, mutated, scheduled, true)
 		})
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/ciliumconfig"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
@@ -30,9 +31,9 @@ var fuzzKinds = []string{"Pod", "DaemonSet", "Deployment", "ConfigMap"}
 
 // documentedEnv and documentedKeys are all the mutation may change besides `--k8s-api-server*` flags.
 var (
-	documentedEnv  = []string{cilium.EnvServiceHost, cilium.EnvServicePort, cilium.EnvAPIServerURLs, cilium.EnvAPIServer}
+	documentedEnv  = []string{cilium.EnvServiceHost, cilium.EnvServicePort, cilium.EnvAPIServerURLs, cilium.EnvAPIServer, cilium.EnvKubeconfigPath}
 	documentedKeys = []string{
-		cilium.FlagAPIServer, cilium.FlagAPIServerURLs, ciliumconfig.KeyLBIPAM, ciliumconfig.KeyL2Announcements,
+		cilium.FlagAPIServer, cilium.FlagAPIServerURLs, cilium.FlagKubeconfigPath, ciliumconfig.KeyLBIPAM, ciliumconfig.KeyL2Announcements,
 		ciliumconfig.KeyL2LeaseDuration, ciliumconfig.KeyL2LeaseRenewDeadline, ciliumconfig.KeyL2LeaseRetryPeriod,
 		ciliumconfig.KeyBGPControlPlane, ciliumconfig.KeyClientQPS, ciliumconfig.KeyClientBurst,
 	}
@@ -180,10 +181,20 @@ func checkOnlyDocumentedChanges(t *testing.T, original, mutated client.Object) {
 		}
 		rest, restMutated := oc[i].DeepCopy(), mc[i].DeepCopy()
 		rest.Env, rest.Args, rest.Command, restMutated.Env, restMutated.Args, restMutated.Command = nil, nil, nil, nil, nil, nil
+		rest.VolumeMounts = withoutEndpointsMount(rest.VolumeMounts)
+		restMutated.VolumeMounts = withoutEndpointsMount(restMutated.VolumeMounts)
 		if !equality.Semantic.DeepEqual(rest, restMutated) {
-			t.Fatalf("container %s: fields other than env, args and command changed", oc[i].Name)
+			t.Fatalf("container %s: fields other than env, args, command and the endpoints mount changed", oc[i].Name)
 		}
 	}
+}
+
+func withoutEndpointsMount(mounts []corev1.VolumeMount) []corev1.VolumeMount {
+	out := slices.DeleteFunc(slices.Clone(mounts), func(m corev1.VolumeMount) bool { return m.Name == apiserverendpoints.VolumeName })
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 func withoutDocumentedEnv(env []corev1.EnvVar) []corev1.EnvVar {

@@ -4,18 +4,20 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 
 	jsoniter "github.com/json-iterator/go"
+	"github.com/prometheus/client_golang/prometheus"
 	"gomodules.xyz/jsonpatch/v2"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	extensionswebhook "github.com/gardener/gardener/extensions/pkg/webhook"
@@ -27,13 +29,25 @@ import (
 // Profiling `make bench` showed the generic handler spending three quarters of an admission in that diff and in its
 // converting decoder, and a p99 under load of 3.3x that of a webhook that only answers allowed.
 type handler struct {
+	// name is the webhook's name, for logs and metrics.
+	name    string
 	mutator extensionswebhook.Mutator
 }
 
+// admissionErrors counts the admissions answered without changes after an internal error.
+var admissionErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "cilium_selfhosted_webhook_admission_errors_total",
+	Help: "Admissions of Cilium's objects answered allowed without changes after an internal error of the webhook.",
+}, []string{"webhook"})
+
+func init() {
+	metrics.Registry.MustRegister(admissionErrors)
+}
+
 // Projections of the objects onto what the mutation reads and writes: names, namespace, labels and deletion of the
-// object; node name, node affinity and the containers' name, image, env, args and command of its pod spec. Decoding
-// only these skips volumes, probes and the rest of a 16 kB agent pod, which was most of an admission's cost; the patch
-// addresses the same containers by index in the whole object.
+// object; node name, node affinity, host aliases, volumes and the containers' name, image, env, args, command and
+// volume mounts of its pod spec. Decoding only these skips probes, security contexts and the rest of a 16 kB agent
+// pod, which was most of an admission's cost; the patch addresses the same containers by index in the whole object.
 type (
 	projectedMeta struct {
 		Name              string            `json:"name,omitempty"`
@@ -42,15 +56,18 @@ type (
 		DeletionTimestamp *metav1.Time      `json:"deletionTimestamp,omitempty"`
 	}
 	projectedContainer struct {
-		Name    string          `json:"name"`
-		Image   string          `json:"image,omitempty"`
-		Env     []corev1.EnvVar `json:"env,omitempty"`
-		Args    []string        `json:"args,omitempty"`
-		Command []string        `json:"command,omitempty"`
+		Name         string               `json:"name"`
+		Image        string               `json:"image,omitempty"`
+		Env          []corev1.EnvVar      `json:"env,omitempty"`
+		Args         []string             `json:"args,omitempty"`
+		Command      []string             `json:"command,omitempty"`
+		VolumeMounts []corev1.VolumeMount `json:"volumeMounts,omitempty"`
 	}
 	projectedPodSpec struct {
 		NodeName       string               `json:"nodeName,omitempty"`
 		Affinity       *corev1.Affinity     `json:"affinity,omitempty"`
+		HostAliases    []corev1.HostAlias   `json:"hostAliases,omitempty"`
+		Volumes        []corev1.Volume      `json:"volumes,omitempty"`
 		InitContainers []projectedContainer `json:"initContainers,omitempty"`
 		Containers     []projectedContainer `json:"containers,omitempty"`
 	}
@@ -77,11 +94,12 @@ func (s projectedPodSpec) podSpec() corev1.PodSpec {
 		}
 		out := make([]corev1.Container, len(in))
 		for i, c := range in {
-			out[i] = corev1.Container{Name: c.Name, Image: c.Image, Env: c.Env, Args: c.Args, Command: c.Command}
+			out[i] = corev1.Container{Name: c.Name, Image: c.Image, Env: c.Env, Args: c.Args, Command: c.Command, VolumeMounts: c.VolumeMounts}
 		}
 		return out
 	}
-	return corev1.PodSpec{NodeName: s.NodeName, Affinity: s.Affinity, InitContainers: containers(s.InitContainers), Containers: containers(s.Containers)}
+	return corev1.PodSpec{NodeName: s.NodeName, Affinity: s.Affinity, HostAliases: s.HostAliases, Volumes: s.Volumes,
+		InitContainers: containers(s.InitContainers), Containers: containers(s.Containers)}
 }
 
 // projectionDecoder decodes the projection. json-iterator, compatible with encoding/json (FuzzDecoders compares the
@@ -113,26 +131,50 @@ func decodeWith(unmarshal func([]byte, any) error, kind string, raw []byte) (cli
 }
 
 // Handle decodes the object (and the old one on UPDATE), lets the mutator change it and answers with the patch.
-func (h *handler) Handle(ctx context.Context, req admission.Request) admission.Response {
-	obj, err := decode(req.Kind.Kind, req.Object.Raw)
-	if err != nil {
-		return admission.Errored(http.StatusBadRequest, err)
-	}
-	var old client.Object
-	if len(req.OldObject.Raw) > 0 {
-		if old, err = decode(req.Kind.Kind, req.OldObject.Raw); err != nil {
-			return admission.Errored(http.StatusBadRequest, err)
+//
+// Whatever goes wrong inside (a request it cannot decode, a cache not yet started, a failed read) it answers allowed
+// without a patch, logs a warning and counts it in admissionErrors: a denial is enforced by kube-apiserver whatever the
+// failurePolicy, and would keep Cilium, and with it the cluster's network, from coming up. The object then runs as
+// its chart made it, as it would with the webhook unreachable.
+func (h *handler) Handle(ctx context.Context, req admission.Request) (resp admission.Response) {
+	defer func() {
+		// controller-runtime's RecoverPanic would answer a panic with an error, which kube-apiserver takes as a denial.
+		if r := recover(); r != nil {
+			resp = h.allowAfterError(ctx, req, fmt.Errorf("panic: %v", r))
+		}
+	}()
+	obj, old, err := decodeRequest(req)
+	if err == nil {
+		original := obj.DeepCopyObject().(client.Object)
+		if err = h.mutator.Mutate(ctx, obj, old); err == nil {
+			return admission.Patched("", patch(original, obj)...)
 		}
 	}
-	original := obj.DeepCopyObject().(client.Object)
-	if err := h.mutator.Mutate(ctx, obj, old); err != nil {
-		return admission.Denied(err.Error())
-	}
-	return admission.Patched("", patch(original, obj)...)
+	return h.allowAfterError(ctx, req, err)
 }
 
-// patch is the JSON patch from original to mutated, for the fields the mutation may change: the env, args and
-// command of every container and init container, and the data of a ConfigMap.
+func (h *handler) allowAfterError(ctx context.Context, req admission.Request, err error) admission.Response {
+	logf.FromContext(ctx).Info("Warning: admitting without changes after an internal error", "webhook", h.name,
+		"kind", req.Kind.Kind, "namespace", req.Namespace, "name", req.Name, "error", err.Error())
+	admissionErrors.WithLabelValues(h.name).Inc()
+	return admission.Allowed("not changed after an internal error of " + h.name + ": " + err.Error())
+}
+
+func decodeRequest(req admission.Request) (obj, old client.Object, err error) {
+	if obj, err = decode(req.Kind.Kind, req.Object.Raw); err != nil {
+		return nil, nil, err
+	}
+	if len(req.OldObject.Raw) > 0 {
+		if old, err = decode(req.Kind.Kind, req.OldObject.Raw); err != nil {
+			return nil, nil, err
+		}
+	}
+	return obj, old, nil
+}
+
+// patch is the JSON patch from original to mutated, for the fields the mutation may change: the host aliases and
+// volumes of a pod spec, the env, args, command and volume mounts of every container and init container, and the data
+// of a ConfigMap.
 func patch(original, mutated client.Object) []jsonpatch.JsonPatchOperation {
 	switch o := original.(type) {
 	case *corev1.ConfigMap:
@@ -148,7 +190,10 @@ func patch(original, mutated client.Object) []jsonpatch.JsonPatchOperation {
 }
 
 func podSpecPatch(base string, original, mutated *corev1.PodSpec) []jsonpatch.JsonPatchOperation {
+	semantic := func(a, b any) bool { return equality.Semantic.DeepEqual(a, b) }
 	var ops []jsonpatch.JsonPatchOperation
+	ops = appendListPatch(ops, base+"/hostAliases", original.HostAliases, mutated.HostAliases, func(a, b corev1.HostAlias) bool { return semantic(a, b) })
+	ops = appendListPatch(ops, base+"/volumes", original.Volumes, mutated.Volumes, func(a, b corev1.Volume) bool { return semantic(a, b) })
 	for _, list := range []struct {
 		name              string
 		original, mutated []corev1.Container
@@ -156,9 +201,10 @@ func podSpecPatch(base string, original, mutated *corev1.PodSpec) []jsonpatch.Js
 		for i := range list.mutated {
 			path := fmt.Sprintf("%s/%s/%d/", base, list.name, i)
 			o, m := list.original[i], list.mutated[i]
-			ops = appendListPatch(ops, path+"env", o.Env, m.Env, func(a, b corev1.EnvVar) bool { return equality.Semantic.DeepEqual(a, b) })
+			ops = appendListPatch(ops, path+"env", o.Env, m.Env, func(a, b corev1.EnvVar) bool { return semantic(a, b) })
 			ops = appendListPatch(ops, path+"args", o.Args, m.Args, func(a, b string) bool { return a == b })
 			ops = appendListPatch(ops, path+"command", o.Command, m.Command, func(a, b string) bool { return a == b })
+			ops = appendListPatch(ops, path+"volumeMounts", o.VolumeMounts, m.VolumeMounts, func(a, b corev1.VolumeMount) bool { return semantic(a, b) })
 		}
 	}
 	return ops

@@ -1,14 +1,24 @@
 package apiserveraccess
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"strconv"
 	"testing"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	gomodulesjsonpatch "gomodules.xyz/jsonpatch/v2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
 )
 
 // apply applies ops to original's JSON.
@@ -60,10 +70,12 @@ func TestPatchEqualsTheGenericDiff(t *testing.T) {
 			pod(append([]corev1.EnvVar{{Name: "A", Value: "1"}}, host...), nil),
 			pod([]corev1.EnvVar{{Name: "A", Value: "1"}, {Name: "KUBERNETES_SERVICE_HOST", Value: "localhost"}}, nil),
 		},
-		"arg replaced in place": {pod(nil, []string{"--a", "--b=1"}), pod(nil, []string{"--a", "--b=2"})},
-		"data keys":             {cm(map[string]string{"k8s-api-server": "x", "a/b~c": "1", "keep": "1"}), cm(map[string]string{"keep": "1", "a/b~c": "2", "new": "3"})},
-		"data from nil":         {cm(nil), cm(map[string]string{"enable-l2-announcements": "true"})},
-		"data to empty":         {cm(map[string]string{"k8s-api-server": "x"}), cm(map[string]string{})},
+		"arg replaced in place":                  {pod(nil, []string{"--a", "--b=1"}), pod(nil, []string{"--a", "--b=2"})},
+		"data keys":                              {cm(map[string]string{"k8s-api-server": "x", "a/b~c": "1", "keep": "1"}), cm(map[string]string{"keep": "1", "a/b~c": "2", "new": "3"})},
+		"data from nil":                          {cm(nil), cm(map[string]string{"enable-l2-announcements": "true"})},
+		"data to empty":                          {cm(map[string]string{"k8s-api-server": "x"}), cm(map[string]string{})},
+		"host aliases, volumes and mounts added": {pod(nil, nil), withVolumes(pod(nil, nil), 1)},
+		"host aliases, volumes and mounts grown": {withVolumes(pod(nil, nil), 1), withVolumes(pod(nil, nil), 2)},
 	} {
 		want := apply(t, tc.original, nil)
 		originalRaw, _ := json.Marshal(tc.original)
@@ -82,6 +94,52 @@ func TestPatchEqualsTheGenericDiff(t *testing.T) {
 		}
 	}
 }
+
+// withVolumes adds n host aliases, volumes and volume mounts to pod.
+func withVolumes(pod *corev1.Pod, n int) *corev1.Pod {
+	for i := range n {
+		name := "v" + strconv.Itoa(i)
+		pod.Spec.HostAliases = append(pod.Spec.HostAliases, corev1.HostAlias{IP: "10.0.0." + strconv.Itoa(i), Hostnames: []string{name}})
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+		pod.Spec.InitContainers[0].VolumeMounts = append(pod.Spec.InitContainers[0].VolumeMounts, corev1.VolumeMount{Name: name, MountPath: "/" + name})
+	}
+	return pod
+}
+
+// TestInternalErrorAllows: whatever fails inside, the answer is allowed without a patch (a denial would be enforced
+// whatever the failurePolicy), and the error is counted.
+func TestInternalErrorAllows(t *testing.T) {
+	broken := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(fixtures.Cluster(fixtures.Shoot(true))).
+		WithInterceptorFuncs(interceptor.Funcs{List: func(context.Context, client.WithWatch, client.ObjectList, ...client.ListOption) error {
+			return errors.New("cache not started")
+		}}).Build()
+	h := &handler{name: "cilium-agent", mutator: NewMutator(broken)}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "cilium-x", Namespace: "kube-system", Labels: map[string]string{"k8s-app": "cilium"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "cilium-agent", Image: "quay.io/cilium/cilium:v1.19.7"}}}}
+	raw, _ := json.Marshal(pod)
+	for name, req := range map[string]admission.Request{
+		"failed read":        request("Pod", raw),
+		"undecodable object": request("Pod", []byte("{")),
+	} {
+		before := testutil.ToFloat64(admissionErrors.WithLabelValues("cilium-agent"))
+		resp := h.Handle(context.Background(), req)
+		if !resp.Allowed || len(resp.Patches) != 0 || resp.Patch != nil {
+			t.Errorf("%s: allowed=%v with %d patch operations, want allowed without a patch: %v", name, resp.Allowed, len(resp.Patches), resp.Result)
+		}
+		if after := testutil.ToFloat64(admissionErrors.WithLabelValues("cilium-agent")); after != before+1 {
+			t.Errorf("%s: error count went from %v to %v", name, before, after)
+		}
+	}
+
+	panicking := &handler{name: "cilium-agent", mutator: panicMutator{}}
+	if resp := panicking.Handle(context.Background(), request("Pod", raw)); !resp.Allowed || len(resp.Patches) != 0 {
+		t.Errorf("a panic answered %+v, want allowed without a patch", resp.Result)
+	}
+}
+
+type panicMutator struct{}
+
+func (panicMutator) Mutate(context.Context, client.Object, client.Object) error { panic("bug") }
 
 // TestPatchReplacesOnlyChangedItems: kube-apiserver copies what a patch does not reach without parsing it, so a list of
 // the same length is patched item by item.

@@ -3,11 +3,12 @@ package apiserveraccess
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -100,7 +101,7 @@ func IsCiliumWorkload(labels map[string]string) bool {
 		labels[cilium.LabelKeyOperator] == cilium.LabelValueOperator
 }
 
-// pinTemplate gives a pod template the values of a pod off the control plane: a template does not know its node, and
+// pinTemplate gives a pod template the values of a pod whose node is not known: a template does not know its node, and
 // referencing the endpoints ConfigMap keeps it unchanged when control-plane membership changes (no rollout).
 func (m *mutator) pinTemplate(ctx context.Context, spec *corev1.PodSpec) error {
 	version, err := m.version(ctx, spec)
@@ -116,28 +117,32 @@ func (m *mutator) pinPod(ctx context.Context, pod *corev1.Pod) error {
 	if err != nil {
 		return err
 	}
-	onControlPlane, err := m.onControlPlane(ctx, NodeNameOf(pod))
-	if err != nil {
-		return err
+	nodes := &corev1.NodeList{}
+	// The cache's objects are only read here; a copy of every Node on every admission would be most of its cost.
+	if err := m.reader.List(ctx, nodes, client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("listing nodes: %w", err)
 	}
-	PinPodSpec(&pod.Spec, Target{ControlPlane: onControlPlane, Version: version})
+	nodeName := NodeNameOf(pod)
+	spreadKey := nodeName
+	if spreadKey == "" {
+		// The operator's pod has no node yet; its name (or generateName) still tells replicas apart.
+		spreadKey = pod.Name + pod.GenerateName + strconv.Itoa(rand.Int())
+	}
+	PinPodSpec(&pod.Spec, Target{
+		Pod:          true,
+		ControlPlane: isControlPlane(nodes.Items, nodeName),
+		Endpoints:    apiserverendpoints.FromNodes(nodes.Items),
+		SpreadKey:    spreadKey,
+		Version:      version,
+	})
 	return nil
 }
 
-// onControlPlane tells whether the named node is a control-plane node. An unknown or unnamed node counts as a worker:
-// the control-plane IPs work from anywhere, localhost only on the control plane.
-func (m *mutator) onControlPlane(ctx context.Context, nodeName string) (bool, error) {
-	if nodeName == "" {
-		return false, nil
-	}
-	node := &corev1.Node{}
-	if err := m.reader.Get(ctx, client.ObjectKey{Name: nodeName}, node); err != nil {
-		if apierrors.IsNotFound(err) {
-			return false, nil
-		}
-		return false, fmt.Errorf("reading node %s: %w", nodeName, err)
-	}
-	return apiserverendpoints.IsControlPlaneNode(node), nil
+// isControlPlane tells whether the named node is a control-plane node. An unknown or unnamed node counts as another
+// node: the control-plane IPs work from anywhere, localhost only on the control plane.
+func isControlPlane(nodes []corev1.Node, name string) bool {
+	i := slices.IndexFunc(nodes, func(n corev1.Node) bool { return n.Name == name })
+	return name != "" && i >= 0 && apiserverendpoints.IsControlPlaneNode(&nodes[i])
 }
 
 // version is the Cilium version of a workload: the tag of its own agent or operator image, else (Envoy's image carries

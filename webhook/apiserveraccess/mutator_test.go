@@ -66,3 +66,26 @@ func TestMutatorIgnores(t *testing.T) {
 		t.Error("the Cilium DaemonSet in kube-system was not changed")
 	}
 }
+
+// TestJoiningControlPlaneNode: the DaemonSet controller creates a node's Cilium pod as soon as kubelet has registered
+// the node, with the control-plane taint (gardener operatingsystemconfig.go) but before gardener-node-agent labels it
+// (nodeagent operatingsystemconfig reconciler.go). The pod must already get its own node's kube-apiserver.
+func TestJoiningControlPlaneNode(t *testing.T) {
+	joining := fixtures.Node("cp-new", "10.0.1.20", true)
+	delete(joining.Labels, "node-role.kubernetes.io/control-plane")
+	objs := []client.Object{fixtures.Cluster(fixtures.Shoot(true)), joining}
+	m := NewMutator(fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(objs...).Build())
+
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", GenerateName: "cilium-", Labels: map[string]string{"k8s-app": "cilium"}},
+		Spec: agentSpec()}
+	pod.Spec.NodeName = "cp-new"
+	if err := m.Mutate(context.Background(), pod, nil); err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := envNamed(pod.Spec.Containers[0], "CILIUM_K8S_API_SERVER_URLS"); e.Value != "https://localhost:443" {
+		t.Errorf("the pod on a joining control-plane node got %+v, want its own kube-apiserver", e)
+	}
+	if len(pod.Spec.HostAliases) != 0 {
+		t.Errorf("hostAliases %+v on a control-plane node", pod.Spec.HostAliases)
+	}
+}

@@ -10,54 +10,120 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 )
 
-// Target says where a pod spec runs and what its Cilium version understands.
+// Target says what a pod spec is, where it runs and what its Cilium version understands.
 type Target struct {
+	// Pod is true for a pod being created, false for the pod template of a DaemonSet or Deployment.
+	Pod bool
 	// ControlPlane is true for a pod on a control-plane node: it talks to the kube-apiserver of its own node.
-	// Otherwise, and for templates, the spec references the endpoints ConfigMap of the control-plane nodes.
 	ControlPlane bool
+	// Endpoints are the control-plane nodes known at admission; a pod off the control plane dials them.
+	Endpoints apiserverendpoints.ControlPlane
+	// SpreadKey picks the control-plane node that a pod off the control plane dials first (its node's name).
+	SpreadKey string
 	// Version is the Cilium version of the workload.
 	Version cilium.Version
 }
 
-// PinPodSpec makes every container of spec that talks to kube-apiserver reach it without Cilium's help:
+// PinPodSpec makes every container of spec that talks to kube-apiserver reach it without Cilium's help, verifying
+// kube-apiserver's certificate as Gardener issues it (see package apiserverendpoints):
 //
-//   - control-plane node: KUBERNETES_SERVICE_HOST=localhost, KUBERNETES_SERVICE_PORT=443 and, for Cilium >= 1.18,
-//     CILIUM_K8S_API_SERVER_URLS=https://localhost:443 (exactly one URL, see apiserverendpoints.LocalURL);
-//   - anywhere else: KUBERNETES_SERVICE_HOST and, for >= 1.18, CILIUM_K8S_API_SERVER_URLS from the endpoints ConfigMap
-//     (the control-plane InternalIPs; Cilium fails over between the URLs at start-up in waitForConn), port 443.
+//   - a pod on a control-plane node: KUBERNETES_SERVICE_HOST=localhost, KUBERNETES_SERVICE_PORT=443 and, for
+//     Cilium >= 1.18, CILIUM_K8S_API_SERVER_URLS=https://localhost:443;
+//   - any other pod: hostAliases that resolve apiserverendpoints.ServerName to every control-plane InternalIP (starting
+//     at a different one per node), KUBERNETES_SERVICE_HOST=ServerName and, for >= 1.18,
+//     CILIUM_K8S_API_SERVER_URLS=https://ServerName:443. Exactly one URL either way: with more than one, a >= 1.18
+//     agent moves to the `kubernetes` ClusterIP once it has synced;
+//   - a pod template, which knows no node and must not change when control-plane membership does: the kubeconfig of the
+//     endpoints ConfigMap (mounted as a volume, its path from the ConfigMap), and for >= 1.18, except in the agent's
+//     main container, every control-plane URL from the ConfigMap, between which Cilium rotates with the kubeconfig's
+//     TLS settings. The agent's main container gets no URL list (it would switch to the ClusterIP) and so dials the
+//     kubeconfig's one server. Both references are optional: without the ConfigMap a pod runs as the chart made it.
 //
 // Nothing in the pod may contradict that: the deprecated CILIUM_K8S_API_SERVER (1.17-1.19: it replaces the URL list in
-// rest_config_provider.go parseConfig) is dropped, and so are `--k8s-api-server*` flags, which beat the environment
-// (Helm renders `--k8s-api-server-urls` into the `config` init container since 1.18.2). Existing values, whoever set
-// them (Helm's k8sServiceHost, Gardener's kubernetes-service-host webhook), are replaced in place; other env and args
-// stay as they are. Applying it twice changes nothing the second time.
+// rest_config_provider.go parseConfig) is dropped, and so are `--k8s-api-server*` and `--k8s-kubeconfig-path` flags,
+// which beat the environment (Helm renders `--k8s-api-server-urls` into the `config` init container since 1.18.2). A
+// pod drops the template's kubeconfig path, which would beat its one URL. Existing values, whoever set them (Helm's
+// k8sServiceHost, Gardener's kubernetes-service-host webhook), are replaced in place; other env and args stay as they
+// are. Applying it twice changes nothing the second time.
 func PinPodSpec(spec *corev1.PodSpec, t Target) {
-	for i := range spec.InitContainers {
-		pinContainer(&spec.InitContainers[i], t)
-	}
-	for i := range spec.Containers {
-		pinContainer(&spec.Containers[i], t)
+	switch {
+	case t.Pod && t.ControlPlane:
+		pinContainers(spec, func(c *corev1.Container) {
+			pinToURL(c, t.Version, apiserverendpoints.LocalHost, apiserverendpoints.LocalURL)
+		})
+	case t.Pod && !t.Endpoints.Empty():
+		setHostAliases(spec, t.Endpoints.HostAliases(t.SpreadKey))
+		pinContainers(spec, func(c *corev1.Container) {
+			pinToURL(c, t.Version, apiserverendpoints.ServerName, apiserverendpoints.ServerURL)
+		})
+	default:
+		// A template, or a pod off the control plane while no control-plane node is known: what its template gives.
+		pinned := false
+		pinContainers(spec, func(c *corev1.Container) {
+			pinToKubeconfig(c, t.Version)
+			pinned = true
+		})
+		if pinned {
+			spec.Volumes = setByName(spec.Volumes, endpointsVolume(), func(v corev1.Volume) string { return v.Name })
+		}
 	}
 }
 
-func pinContainer(c *corev1.Container, t Target) {
-	if !talksToAPIServer(c) {
+// setHostAliases replaces the pod's aliases of the server name with aliases, unless it has the same ones in another
+// order: a pod without a node gets a random start, and its second admission must not change it.
+func setHostAliases(spec *corev1.PodSpec, aliases []corev1.HostAlias) {
+	own := func(a corev1.HostAlias) bool { return slices.Contains(a.Hostnames, apiserverendpoints.ServerName) }
+	existing := slices.DeleteFunc(slices.Clone(spec.HostAliases), func(a corev1.HostAlias) bool { return !own(a) })
+	byIP := func(a, b corev1.HostAlias) int { return strings.Compare(a.IP, b.IP) }
+	if slices.EqualFunc(slices.SortedFunc(slices.Values(existing), byIP), slices.SortedFunc(slices.Values(aliases), byIP),
+		func(a, b corev1.HostAlias) bool { return a.IP == b.IP && slices.Equal(a.Hostnames, b.Hostnames) }) {
 		return
 	}
+	spec.HostAliases = append(slices.DeleteFunc(spec.HostAliases, own), aliases...)
+}
 
-	host, urls := endpointsFromConfigMap(apiserverendpoints.KeyServiceHost), endpointsFromConfigMap(apiserverendpoints.KeyAPIServerURLs)
-	if t.ControlPlane {
-		host, urls = literal(apiserverendpoints.LocalHost), literal(apiserverendpoints.LocalURL)
+func pinContainers(spec *corev1.PodSpec, pin func(*corev1.Container)) {
+	for _, containers := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for i := range containers {
+			if talksToAPIServer(&containers[i]) {
+				pin(&containers[i])
+				dropContradictions(&containers[i])
+			}
+		}
 	}
+}
 
-	c.Env = setEnv(c.Env, cilium.EnvServiceHost, host)
+// pinToURL points a container of a pod at kube-apiserver on host, through exactly one URL on >= 1.18.
+func pinToURL(c *corev1.Container, version cilium.Version, host, url string) {
+	c.Env = setEnv(c.Env, cilium.EnvServiceHost, literal(host))
 	c.Env = setEnv(c.Env, cilium.EnvServicePort, literal(apiserverendpoints.PortString))
-	if t.Version.SupportsAPIServerURLs() {
-		c.Env = setEnv(c.Env, cilium.EnvAPIServerURLs, urls)
+	if version.SupportsAPIServerURLs() {
+		c.Env = setEnv(c.Env, cilium.EnvAPIServerURLs, literal(url))
 	} else {
 		// 1.17 has no URL list; a stray variable would be ignored, but it would mislead whoever reads the pod.
 		c.Env = removeEnv(c.Env, cilium.EnvAPIServerURLs)
 	}
+	// The kubeconfig wins over the URL (rest_config_provider.go createConfig).
+	c.Env = removeEnv(c.Env, cilium.EnvKubeconfigPath)
+}
+
+// pinToKubeconfig points a container of a template at the endpoints ConfigMap's kubeconfig and, where Cilium rotates
+// between them without ever moving to the ClusterIP, at every control-plane URL.
+func pinToKubeconfig(c *corev1.Container, version cilium.Version) {
+	c.Env = setEnv(c.Env, cilium.EnvKubeconfigPath, endpointsFromConfigMap(apiserverendpoints.KeyKubeconfigPath))
+	if version.SupportsAPIServerURLs() && c.Name != cilium.AgentContainerName {
+		c.Env = setEnv(c.Env, cilium.EnvAPIServerURLs, endpointsFromConfigMap(apiserverendpoints.KeyAPIServerURLs))
+	} else {
+		c.Env = removeEnv(c.Env, cilium.EnvAPIServerURLs)
+	}
+	c.VolumeMounts = setByName(c.VolumeMounts, corev1.VolumeMount{
+		Name: apiserverendpoints.VolumeName, MountPath: apiserverendpoints.MountPath, ReadOnly: true,
+	}, func(m corev1.VolumeMount) string { return m.Name })
+}
+
+// dropContradictions removes what would override the pinned environment: CILIUM_K8S_API_SERVER, and the API server
+// flags on the command line, which Cilium reads before the environment.
+func dropContradictions(c *corev1.Container) {
 	c.Env = removeEnv(c.Env, cilium.EnvAPIServer)
 	c.Command = removeAPIServerFlags(c.Command)
 	c.Args = removeAPIServerFlags(c.Args)
@@ -83,6 +149,27 @@ func endpointsFromConfigMap(key string) corev1.EnvVar {
 	}}}
 }
 
+// endpointsVolume is the endpoints ConfigMap's kubeconfig as a volume; optional like endpointsFromConfigMap, so that a
+// missing ConfigMap leaves an empty directory that nothing names.
+func endpointsVolume() corev1.Volume {
+	return corev1.Volume{Name: apiserverendpoints.VolumeName, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+		LocalObjectReference: corev1.LocalObjectReference{Name: apiserverendpoints.ConfigMapName},
+		Items:                []corev1.KeyToPath{{Key: apiserverendpoints.KeyKubeconfig, Path: apiserverendpoints.KeyKubeconfig}},
+		DefaultMode:          new(int32(0o444)),
+		Optional:             new(true),
+	}}}
+}
+
+// setByName sets the item named like v in place, or appends it.
+func setByName[T any](items []T, v T, name func(T) string) []T {
+	i := slices.IndexFunc(items, func(item T) bool { return name(item) == name(v) })
+	if i < 0 {
+		return append(items, v)
+	}
+	items[i] = v
+	return items
+}
+
 // setEnv sets name to the value or source of v, in place if it exists (keeping the order, which matters for
 // $(VAR) references), appended otherwise. Duplicates of name are dropped.
 func setEnv(env []corev1.EnvVar, name string, v corev1.EnvVar) []corev1.EnvVar {
@@ -99,9 +186,8 @@ func removeEnv(env []corev1.EnvVar, name string) []corev1.EnvVar {
 	return slices.DeleteFunc(env, func(e corev1.EnvVar) bool { return e.Name == name })
 }
 
-var apiServerFlags = []string{"--" + cilium.FlagAPIServerURLs, "--" + cilium.FlagAPIServer}
-
-// removeAPIServerFlags drops `--k8s-api-server[-urls]=V` and `--k8s-api-server[-urls] V` from a command line.
+// removeAPIServerFlags drops `--k8s-api-server[-urls]=V`, `--k8s-kubeconfig-path=V` and their `--flag V` forms from a
+// command line.
 func removeAPIServerFlags(args []string) []string {
 	if !slices.ContainsFunc(args, isAPIServerFlag) {
 		return args
@@ -121,21 +207,17 @@ func removeAPIServerFlags(args []string) []string {
 
 func isAPIServerFlag(arg string) bool {
 	name, _, _ := strings.Cut(arg, "=")
-	return slices.Contains(apiServerFlags, name)
+	return strings.HasPrefix(name, "--") && slices.Contains(cilium.APIServerFlags, name[2:])
 }
 
 // CleanConfig removes the API server options from the `cilium-config` data, which every agent and the operator read
-// as their config directory. `k8s-api-server` is an option of its own that the environment of PinPodSpec does not
-// override and that replaces the URL list (1.17-1.19, rest_config_provider.go parseConfig; cell.go createConfig in
-// 1.17); `k8s-api-server-urls` is overridden by CILIUM_K8S_API_SERVER_URLS, but would still name the VIP or the
-// external domain to whoever reads it. It reports whether it changed anything.
-func CleanConfig(data map[string]string) bool {
-	changed := false
-	for _, key := range []string{cilium.FlagAPIServerURLs, cilium.FlagAPIServer} {
-		if _, ok := data[key]; ok {
-			delete(data, key)
-			changed = true
-		}
+// as their config directory. `k8s-api-server` is an option of its own that the pinned environment does not override
+// and that replaces the URL list (1.17-1.19, rest_config_provider.go parseConfig; cell.go createConfig in 1.17);
+// `k8s-kubeconfig-path` (Gardener's chart renders it from global.kubeConfigPath) beats any URL; and
+// `k8s-api-server-urls` is overridden by CILIUM_K8S_API_SERVER_URLS, but would still name the VIP or the external domain
+// to a container that is not pinned. An empty environment variable cannot unset them: viper ignores empty ones.
+func CleanConfig(data map[string]string) {
+	for _, key := range cilium.APIServerFlags {
+		delete(data, key)
 	}
-	return changed
 }

@@ -2,11 +2,14 @@ package apiserveraccess
 
 import (
 	"slices"
+	"strconv"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 )
 
@@ -50,7 +53,7 @@ func TestPinPodSpecControlPlane(t *testing.T) {
 	}
 	unrelated := spec.InitContainers[1].DeepCopy()
 
-	PinPodSpec(spec, Target{ControlPlane: true, Version: version(t, "1.19.7")})
+	PinPodSpec(spec, Target{Pod: true, ControlPlane: true, Version: version(t, "1.19.7")})
 
 	for _, c := range []corev1.Container{spec.InitContainers[0], spec.Containers[0]} {
 		for name, want := range map[string]string{
@@ -93,32 +96,150 @@ func TestPinPodSpecControlPlane(t *testing.T) {
 	}
 
 	again := spec.DeepCopy()
-	PinPodSpec(again, Target{ControlPlane: true, Version: version(t, "1.19.7")})
+	PinPodSpec(again, Target{Pod: true, ControlPlane: true, Version: version(t, "1.19.7")})
 	if !equality.Semantic.DeepEqual(spec, again) {
 		t.Errorf("second pass changed the spec")
 	}
 }
 
-func TestPinPodSpecWorker(t *testing.T) {
-	spec := &corev1.PodSpec{Containers: []corev1.Container{{
-		Name: "cilium-operator",
-		Env:  []corev1.EnvVar{env("KUBERNETES_SERVICE_HOST", "api.example.com"), env("CILIUM_K8S_API_SERVER_URLS", "https://vip:443")},
-	}}}
-	PinPodSpec(spec, Target{Version: version(t, "1.20.2")})
+func controlPlane(t *testing.T, ips ...string) apiserverendpoints.ControlPlane {
+	t.Helper()
+	var nodes []corev1.Node
+	for i, ip := range ips {
+		nodes = append(nodes, corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: "cp-" + strconv.Itoa(i), Labels: map[string]string{"node-role.kubernetes.io/control-plane": ""}},
+			Status:     corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}},
+		})
+	}
+	return apiserverendpoints.FromNodes(nodes)
+}
+
+func TestPinPodSpecOffControlPlane(t *testing.T) {
+	spec := &corev1.PodSpec{
+		HostAliases: []corev1.HostAlias{{IP: "10.1.1.1", Hostnames: []string{"registry.local"}}},
+		Containers: []corev1.Container{{
+			Name: "cilium-agent",
+			Env: []corev1.EnvVar{env("KUBERNETES_SERVICE_HOST", "api.example.com"), env("CILIUM_K8S_API_SERVER_URLS", "https://vip:443"),
+				env("CILIUM_K8S_KUBECONFIG_PATH", "/var/lib/cilium-selfhosted-apiserver/kubeconfig")},
+		}},
+	}
+	target := Target{Pod: true, Endpoints: controlPlane(t, "10.0.0.3", "10.0.0.1", "10.0.0.2"), SpreadKey: "worker-1", Version: version(t, "1.20.2")}
+	PinPodSpec(spec, target)
 
 	c := spec.Containers[0]
-	for name, key := range map[string]string{"KUBERNETES_SERVICE_HOST": "KUBERNETES_SERVICE_HOST", "CILIUM_K8S_API_SERVER_URLS": "CILIUM_K8S_API_SERVER_URLS"} {
-		e, ok := envNamed(c, name)
-		if !ok || e.Value != "" || e.ValueFrom == nil || e.ValueFrom.ConfigMapKeyRef == nil {
-			t.Fatalf("%s = %+v, want a ConfigMap reference", name, e)
-		}
-		ref := e.ValueFrom.ConfigMapKeyRef
-		if ref.Name != "cilium-selfhosted-apiserver-endpoints" || ref.Key != key || ref.Optional == nil || !*ref.Optional {
-			t.Errorf("%s references %+v", name, ref)
+	for name, want := range map[string]string{
+		"KUBERNETES_SERVICE_HOST":    "kube-apiserver.kube-system.svc.cluster.local",
+		"KUBERNETES_SERVICE_PORT":    "443",
+		"CILIUM_K8S_API_SERVER_URLS": "https://kube-apiserver.kube-system.svc.cluster.local:443",
+	} {
+		if e, ok := envNamed(c, name); !ok || e.Value != want || e.ValueFrom != nil {
+			t.Errorf("%s = %+v, want %q", name, e, want)
 		}
 	}
-	if e, _ := envNamed(c, "KUBERNETES_SERVICE_PORT"); e.Value != "443" {
-		t.Errorf("KUBERNETES_SERVICE_PORT = %+v", e)
+	if _, ok := envNamed(c, "CILIUM_K8S_KUBECONFIG_PATH"); ok {
+		t.Error("the template's kubeconfig path is left, and it would beat the one URL")
+	}
+	if len(spec.HostAliases) != 4 || spec.HostAliases[0].IP != "10.1.1.1" {
+		t.Fatalf("hostAliases = %+v, want the pod's own and one per control-plane address", spec.HostAliases)
+	}
+	var ips []string
+	for _, a := range spec.HostAliases[1:] {
+		if !slices.Equal(a.Hostnames, []string{"kube-apiserver.kube-system.svc.cluster.local"}) {
+			t.Errorf("alias %+v names more or less than the server name", a)
+		}
+		ips = append(ips, a.IP)
+	}
+	if sorted := slices.Sorted(slices.Values(ips)); !slices.Equal(sorted, []string{"10.0.0.1", "10.0.0.2", "10.0.0.3"}) {
+		t.Errorf("aliases resolve to %v, want every control-plane address", ips)
+	}
+
+	again := spec.DeepCopy()
+	PinPodSpec(again, target)
+	if !equality.Semantic.DeepEqual(spec, again) {
+		t.Errorf("second pass changed the spec: %+v", again.HostAliases)
+	}
+}
+
+func TestHostAliasesSpreadNodes(t *testing.T) {
+	cp := controlPlane(t, "10.0.0.1", "10.0.0.2", "10.0.0.3")
+	first := map[string]int{}
+	for i := range 60 {
+		first[cp.HostAliases("worker-" + strconv.Itoa(i))[0].IP]++
+	}
+	for _, ip := range []string{"10.0.0.1", "10.0.0.2", "10.0.0.3"} {
+		if first[ip] < 10 {
+			t.Errorf("%d of 60 nodes dial %s first, want a spread over the control plane: %v", first[ip], ip, first)
+		}
+	}
+	if a, b := cp.HostAliases("worker-7"), cp.HostAliases("worker-7"); !equality.Semantic.DeepEqual(a, b) {
+		t.Error("the same node got two orders")
+	}
+}
+
+func TestPinPodSpecTemplate(t *testing.T) {
+	newSpec := func() *corev1.PodSpec {
+		return &corev1.PodSpec{
+			InitContainers: []corev1.Container{{Name: "config", Args: []string{"--k8s-api-server-urls=https://vip:443"}}},
+			Containers: []corev1.Container{
+				{Name: "cilium-agent", Env: []corev1.EnvVar{env("CILIUM_K8S_API_SERVER_URLS", "https://vip:443")}},
+				{Name: "cilium-operator", Env: []corev1.EnvVar{env("KUBERNETES_SERVICE_HOST", "api.example.com")}},
+			},
+			Volumes: []corev1.Volume{{Name: "tmp"}},
+		}
+	}
+	for _, v := range []string{"1.17.8", "1.20.2"} {
+		spec := newSpec()
+		PinPodSpec(spec, Target{Version: version(t, v)})
+
+		if len(spec.Volumes) != 2 || spec.Volumes[1].ConfigMap == nil || spec.Volumes[1].ConfigMap.Name != "cilium-selfhosted-apiserver-endpoints" ||
+			spec.Volumes[1].ConfigMap.Optional == nil || !*spec.Volumes[1].ConfigMap.Optional {
+			t.Fatalf("%s: volumes = %+v, want the endpoints ConfigMap, optional", v, spec.Volumes)
+		}
+		for _, c := range slices.Concat(spec.InitContainers, spec.Containers) {
+			ref := func(name string) *corev1.ConfigMapKeySelector {
+				e, ok := envNamed(c, name)
+				if !ok || e.ValueFrom == nil {
+					return nil
+				}
+				return e.ValueFrom.ConfigMapKeyRef
+			}
+			if r := ref("CILIUM_K8S_KUBECONFIG_PATH"); r == nil || r.Key != "CILIUM_K8S_KUBECONFIG_PATH" || !*r.Optional {
+				t.Errorf("%s %s: kubeconfig path from %+v", v, c.Name, r)
+			}
+			wantURLs := v != "1.17.8" && c.Name != "cilium-agent"
+			if r := ref("CILIUM_K8S_API_SERVER_URLS"); (r != nil) != wantURLs {
+				t.Errorf("%s %s: URL list from %+v, want one: %v", v, c.Name, r, wantURLs)
+			}
+			if _, ok := envNamed(c, "CILIUM_K8S_API_SERVER_URLS"); ok && !wantURLs {
+				t.Errorf("%s %s: a URL list is left", v, c.Name)
+			}
+			if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+				return m.Name == "cilium-selfhosted-apiserver" && m.MountPath == "/var/lib/cilium-selfhosted-apiserver" && m.ReadOnly
+			}) {
+				t.Errorf("%s %s: volume mounts %+v", v, c.Name, c.VolumeMounts)
+			}
+			if e, _ := envNamed(c, "KUBERNETES_SERVICE_HOST"); c.Name == "cilium-operator" && e.Value != "api.example.com" {
+				t.Errorf("%s: the chart's KUBERNETES_SERVICE_HOST changed to %+v", v, e)
+			}
+		}
+		if len(spec.InitContainers[0].Args) != 0 {
+			t.Errorf("%s: config args %v", v, spec.InitContainers[0].Args)
+		}
+		again := spec.DeepCopy()
+		PinPodSpec(again, Target{Version: version(t, v)})
+		if !equality.Semantic.DeepEqual(spec, again) {
+			t.Errorf("%s: second pass changed the spec", v)
+		}
+	}
+}
+
+func TestPinPodSpecOffControlPlaneWithoutEndpoints(t *testing.T) {
+	spec := &corev1.PodSpec{Containers: []corev1.Container{{Name: "cilium-operator"}}}
+	template := spec.DeepCopy()
+	PinPodSpec(spec, Target{Pod: true, Version: version(t, "1.19.7")})
+	PinPodSpec(template, Target{Version: version(t, "1.19.7")})
+	if !equality.Semantic.DeepEqual(spec, template) || len(spec.HostAliases) != 0 {
+		t.Errorf("a pod off the control plane with no control-plane node known must get what its template gets: %+v", spec)
 	}
 }
 
@@ -127,12 +248,17 @@ func TestPinPodSpecCilium117(t *testing.T) {
 		Name: "cilium-agent",
 		Env:  []corev1.EnvVar{env("KUBERNETES_SERVICE_HOST", "api.example.com"), env("CILIUM_K8S_API_SERVER_URLS", "https://vip:443")},
 	}}}
-	PinPodSpec(spec, Target{ControlPlane: true, Version: version(t, "1.17.8")})
+	worker := spec.DeepCopy()
+	PinPodSpec(spec, Target{Pod: true, ControlPlane: true, Version: version(t, "1.17.8")})
 	if _, ok := envNamed(spec.Containers[0], "CILIUM_K8S_API_SERVER_URLS"); ok {
 		t.Error("1.17 has no URL list, but CILIUM_K8S_API_SERVER_URLS is set")
 	}
 	if e, _ := envNamed(spec.Containers[0], "KUBERNETES_SERVICE_HOST"); e.Value != "localhost" {
 		t.Errorf("KUBERNETES_SERVICE_HOST = %+v", e)
+	}
+	PinPodSpec(worker, Target{Pod: true, Endpoints: controlPlane(t, "10.0.0.1"), Version: version(t, "1.17.8")})
+	if e, _ := envNamed(worker.Containers[0], "KUBERNETES_SERVICE_HOST"); e.Value != "kube-apiserver.kube-system.svc.cluster.local" || len(worker.HostAliases) != 1 {
+		t.Errorf("1.17 off the control plane: KUBERNETES_SERVICE_HOST = %+v, hostAliases %+v", e, worker.HostAliases)
 	}
 }
 
@@ -141,7 +267,7 @@ func TestPinPodSpecLeavesOtherContainers(t *testing.T) {
 		{Name: "cilium-monitor", Args: []string{"--k8s-api-server=x"}},
 		{Name: "custom-sidecar", Env: []corev1.EnvVar{env("KUBERNETES_SERVICE_HOST", "api.example.com")}},
 	}}
-	PinPodSpec(spec, Target{ControlPlane: true})
+	PinPodSpec(spec, Target{Pod: true, ControlPlane: true})
 	if !slices.Equal(spec.Containers[0].Args, []string{"--k8s-api-server=x"}) || spec.Containers[0].Env != nil {
 		t.Errorf("cilium-monitor changed: %+v", spec.Containers[0])
 	}
@@ -159,6 +285,8 @@ func TestRemoveAPIServerFlags(t *testing.T) {
 		{[]string{"--a", "--k8s-api-server"}, []string{"--a"}},
 		{[]string{"--k8s-api-server", "--a"}, []string{"--a"}},
 		{[]string{"--k8s-api-server-urlsx=1"}, []string{"--k8s-api-server-urlsx=1"}},
+		{[]string{"--k8s-kubeconfig-path", "/etc/k", "--a"}, []string{"--a"}},
+		{[]string{"k8s-api-server=x"}, []string{"k8s-api-server=x"}},
 	} {
 		if got := removeAPIServerFlags(slices.Clone(tc.in)); !slices.Equal(got, tc.want) {
 			t.Errorf("removeAPIServerFlags(%v) = %v, want %v", tc.in, got, tc.want)
@@ -167,15 +295,11 @@ func TestRemoveAPIServerFlags(t *testing.T) {
 }
 
 func TestCleanConfig(t *testing.T) {
-	data := map[string]string{"k8s-api-server": "https://vip", "k8s-api-server-urls": "https://vip:443", "enable-l2-announcements": "true"}
-	if !CleanConfig(data) {
-		t.Error("CleanConfig reported no change")
-	}
+	data := map[string]string{"k8s-api-server": "https://vip", "k8s-api-server-urls": "https://vip:443", "k8s-kubeconfig-path": "/etc/kubeconfig",
+		"enable-l2-announcements": "true"}
+	CleanConfig(data)
 	if len(data) != 1 || data["enable-l2-announcements"] != "true" {
 		t.Errorf("data = %v", data)
-	}
-	if CleanConfig(data) {
-		t.Error("second CleanConfig reported a change")
 	}
 }
 

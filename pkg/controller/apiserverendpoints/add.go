@@ -41,7 +41,7 @@ func AddToManager(_ context.Context, mgr manager.Manager) error {
 }
 
 // controlPlaneChanged passes the Node events that can change the endpoints: a control-plane node comes or goes, a node
-// gains or loses the role, a control-plane node's addresses change. Status heartbeats do not pass.
+// gains or loses the role (label or taint), a control-plane node's addresses change. Status heartbeats do not pass.
 var controlPlaneChanged = predicate.Funcs{
 	CreateFunc: func(e event.CreateEvent) bool { return isControlPlane(e.Object) },
 	DeleteFunc: func(e event.DeleteEvent) bool { return isControlPlane(e.Object) },

@@ -9,8 +9,6 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	v1beta1constants "github.com/gardener/gardener/pkg/apis/core/v1beta1/constants"
-
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 )
 
@@ -24,15 +22,21 @@ type Reconciler struct {
 // every new Cilium pod off the control plane back to the ClusterIP.
 func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
 	nodes := &corev1.NodeList{}
-	if err := r.Client.List(ctx, nodes, client.HasLabels{v1beta1constants.LabelNodeRoleControlPlane}); err != nil {
-		return reconcile.Result{}, fmt.Errorf("listing control-plane nodes: %w", err)
+	// Control-plane nodes are known by a label or a taint (apiserverendpoints.IsControlPlaneNode): no selector can ask
+	// for either.
+	if err := r.Client.List(ctx, nodes, client.UnsafeDisableDeepCopy); err != nil {
+		return reconcile.Result{}, fmt.Errorf("listing nodes: %w", err)
 	}
 	controlPlane := apiserverendpoints.FromNodes(nodes.Items)
 	if controlPlane.Empty() {
 		logf.FromContext(ctx).Info("No control-plane node with an InternalIP, keeping the endpoints ConfigMap as it is")
 		return reconcile.Result{}, nil
 	}
-	if err := r.Client.Apply(ctx, apiserverendpoints.ConfigMap(controlPlane),
+	configMap, err := apiserverendpoints.ConfigMap(controlPlane)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := r.Client.Apply(ctx, configMap,
 		client.FieldOwner(apiserverendpoints.ManagedByValue), client.ForceOwnership); err != nil {
 		return reconcile.Result{}, fmt.Errorf("applying ConfigMap %s: %w", configMapKey, err)
 	}

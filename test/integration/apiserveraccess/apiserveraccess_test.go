@@ -93,12 +93,33 @@ func endpoints(t *testing.T) map[string]map[string]string {
 	return map[string]map[string]string{cm.Name: cm.Data}
 }
 
-func expected(controlPlane bool) ciliumchart.Expected {
+// verifyPod checks how the containers of a pod admitted on a control-plane node or elsewhere reach kube-apiserver, and
+// that the hostAliases of a pod elsewhere resolve the server name to every control-plane node.
+func verifyPod(t *testing.T, what string, pod, rendered *corev1.Pod, controlPlane bool, cms map[string]map[string]string) {
+	t.Helper()
+	want, wantAliases := ciliumchart.WantByName(version), controlPlaneIPs
 	if controlPlane {
-		return ciliumchart.Expected{Host: "localhost", Port: "443", URLs: "https://localhost:443"}
+		want, wantAliases = ciliumchart.WantLocal(version), nil
 	}
-	return ciliumchart.Expected{Host: fixtures.ControlPlaneHost, Port: "443", URLs: fixtures.ControlPlaneURLs}
+	for _, p := range ciliumchart.VerifyEnv(&pod.Spec, &rendered.Spec, want, cms) {
+		t.Errorf("%s: %s", what, p)
+	}
+	var resolved []string
+	for _, a := range pod.Spec.HostAliases {
+		if slices.Contains(a.Hostnames, apiserverendpoints.ServerName) {
+			resolved = append(resolved, a.IP)
+		}
+	}
+	if !slices.Equal(slices.Sorted(slices.Values(resolved)), wantAliases) {
+		t.Errorf("%s: hostAliases resolve %s to %v, want %v", what, apiserverendpoints.ServerName, resolved, wantAliases)
+	}
 }
+
+// controlPlaneIPs are the fixture's control-plane InternalIPs, sorted.
+var controlPlaneIPs = []string{"10.0.1.10", "10.0.1.11", "10.0.1.12"}
+
+// template is what every template gets.
+var template = ciliumchart.WantTemplate(version, fixtures.ControlPlaneURLs)
 
 // waitUntilMutating dry-runs the creation of the agent DaemonSet until the webhook changes it. Admission is
 // failurePolicy Ignore, so "unchanged" means nothing unless the webhook demonstrably answers right before.
@@ -110,7 +131,7 @@ func waitUntilMutating(t *testing.T, agent *appsv1.DaemonSet) {
 		if err := env.Client.Create(ctx, probe, client.DryRunAll); err != nil {
 			return false, err
 		}
-		return len(ciliumchart.VerifyEnv(ciliumchart.PodSpec(probe), ciliumchart.PodSpec(agent), expected(false), endpoints(t))) == 0, nil
+		return len(ciliumchart.VerifyEnv(ciliumchart.PodSpec(probe), ciliumchart.PodSpec(agent), template, endpoints(t))) == 0, nil
 	}); err != nil {
 		t.Fatalf("the webhook does not mutate the agent DaemonSet: %v", err)
 	}
@@ -138,7 +159,7 @@ func TestCiliumIsPinned(t *testing.T) {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(w), stored); err != nil {
 			t.Fatal(err)
 		}
-		for _, p := range ciliumchart.VerifyEnv(ciliumchart.PodSpec(stored), ciliumchart.PodSpec(w), expected(false), cms) {
+		for _, p := range ciliumchart.VerifyEnv(ciliumchart.PodSpec(stored), ciliumchart.PodSpec(w), template, cms) {
 			t.Errorf("%s template: %s", w.GetName(), p)
 		}
 	}
@@ -179,9 +200,7 @@ func TestCiliumIsPinned(t *testing.T) {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
 			t.Fatal(err)
 		}
-		for _, p := range ciliumchart.VerifyEnv(&pod.Spec, &tc.pod.Spec, expected(tc.controlPlane), cms) {
-			t.Errorf("%s: %s", tc.name, p)
-		}
+		verifyPod(t, tc.name, pod, tc.pod, tc.controlPlane, cms)
 	}
 }
 
@@ -310,6 +329,40 @@ func waitForURLs(ctx context.Context, urls string) error {
 	})
 }
 
+// TestJoiningControlPlaneNode: kubelet registers a control-plane node with the control-plane taint (gardener
+// pkg/component/extensions/operatingsystemconfig/operatingsystemconfig.go, kubelet's RegisterWithTaints) and the
+// DaemonSet controller creates its Cilium pod right away; gardener-node-agent labels the node only later
+// (pkg/nodeagent/controller/operatingsystemconfig/reconciler.go). The pod must already talk to its own kube-apiserver.
+func TestJoiningControlPlaneNode(t *testing.T) {
+	ctx := context.Background()
+	rendered, err := ciliumchart.Render(version, ciliumchart.Values(version))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntilMutating(t, rendered.Agent)
+
+	joining := fixtures.Node("cp-joining", "10.0.1.14", true)
+	delete(joining.Labels, "node-role.kubernetes.io/control-plane")
+	if err := env.CreateNode(ctx, joining); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := env.Client.Delete(ctx, joining); err != nil && !apierrors.IsNotFound(err) {
+			t.Error(err)
+		}
+	}()
+	if err := testenv.WaitFor(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
+		probe := ciliumchart.DaemonSetPod(rendered.Agent, joining.Name)
+		if err := env.Client.Create(ctx, probe, client.DryRunAll); err != nil {
+			return false, err
+		}
+		e := ciliumchart.ResolveEnv(probe.Spec.Containers[0].Env, nil)
+		return e[cilium.EnvAPIServerURLs] == apiserverendpoints.LocalURL, fmt.Errorf("the agent pod got %q", e[cilium.EnvAPIServerURLs])
+	}); err != nil {
+		t.Errorf("the pod on a control-plane node without its label yet does not use its own kube-apiserver: %v", err)
+	}
+}
+
 // TestWebhookServesTLS12AndNewerOnly dials the registered webhook URL with TLS 1.1 and with TLS 1.2.
 func TestWebhookServesTLS12AndNewerOnly(t *testing.T) {
 	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
@@ -362,8 +415,8 @@ func TestWebhookDown(t *testing.T) {
 			t.Fatalf("a pod on %s was not admitted while the webhook was down: %v", node, err)
 		}
 		t.Logf("pod on %s admitted without the webhook in %s", node, time.Since(start).Round(time.Millisecond))
-		// Without the webhook every pod gets the template's values: the control-plane IPs, never the external name.
-		for _, p := range ciliumchart.VerifyEnv(&pod.Spec, &agent.Spec.Template.Spec, expected(false), cms) {
+		// Without the webhook every pod gets the template's values: the kubeconfig, never the external name.
+		for _, p := range ciliumchart.VerifyEnv(&pod.Spec, &agent.Spec.Template.Spec, template, cms) {
 			t.Errorf("pod on %s while the webhook was down: %s", node, p)
 		}
 	}
@@ -381,9 +434,7 @@ func TestWebhookDown(t *testing.T) {
 	if err := env.Client.Create(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range ciliumchart.VerifyEnv(&pod.Spec, &agent.Spec.Template.Spec, expected(true), cms) {
-		t.Errorf("pod on cp-2 once the webhook is back: %s", p)
-	}
+	verifyPod(t, "pod on cp-2 once the webhook is back", pod, &corev1.Pod{Spec: agent.Spec.Template.Spec}, true, cms)
 }
 
 // TestMetricsAndHealthBindAsConfigured: the endpoints answer on the configured loopback addresses and nowhere else.
