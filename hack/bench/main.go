@@ -180,7 +180,7 @@ func inCluster(r *report, f *fixture) error {
 	})
 	stopProfile := profileAPIServer(env, "section-4")
 	if err := exposureConvergence(ctx, r, env); err != nil {
-		return fmt.Errorf("%w\n--- extension log (tail) ---\n%s", err, tail(extension.Log(), 30))
+		return fmt.Errorf("%w\n--- extension log (tail) ---\n%s", err, extension.LogTail(30))
 	}
 	stopProfile()
 	memory(r, extension.Pid(), "after section 4 (108 exposures, up to 1000 endpoints)")
@@ -211,11 +211,6 @@ func keepLogs(logs map[string]string) {
 		}
 	}
 	fmt.Println("logs:", dir)
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(s, "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // renderJSON rewrites the Markdown of a JSON result, e.g. after its notes were edited.

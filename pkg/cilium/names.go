@@ -1,5 +1,11 @@
 package cilium
 
+import (
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
 // Names of the objects that Cilium's Helm chart renders (install/kubernetes/cilium/templates in
 // github.com/cilium/cilium, identical for 1.17 to 1.20) and that this extension recognises.
 const (
@@ -33,6 +39,13 @@ var APIServerContainers = []string{
 	AgentContainerName, "config", "clean-cilium-state",
 	"cilium-operator",
 	"cilium-envoy", "lookup-bootstrap-locality",
+}
+
+// TalksToAPIServer tells whether a container talks to kube-apiserver: one of APIServerContainers (Gardener's chart
+// leaves the agent's environment to kubelet), or any other container that someone already pointed at an API server.
+func TalksToAPIServer(c *corev1.Container) bool {
+	return slices.Contains(APIServerContainers, c.Name) ||
+		slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == EnvServiceHost })
 }
 
 // Environment variables and flags that decide which kube-apiserver a Cilium component uses.

@@ -59,7 +59,7 @@ func VerifyPinned(mutated, rendered *corev1.PodSpec, want Want, hostAliases []st
 		if !equality.Semantic.DeepEqual(rest, restMutated) {
 			problems = append(problems, fmt.Sprintf("container %s: fields other than env, args and its volume mount changed", m.Name))
 		}
-		if talksToAPIServer(r) && want(r).Kubeconfig != "" {
+		if cilium.TalksToAPIServer(&r) && want(r).Kubeconfig != "" {
 			kubeconfig = true
 			if !slices.ContainsFunc(m.VolumeMounts, func(vm corev1.VolumeMount) bool {
 				return vm.Name == apiserverendpoints.VolumeName && vm.MountPath == apiserverendpoints.MountPath
@@ -103,7 +103,7 @@ func VerifyEnv(mutated, rendered *corev1.PodSpec, want Want, configMaps map[stri
 	}
 	for i, r := range renderedContainers {
 		m := mutatedContainers[i]
-		if !talksToAPIServer(r) {
+		if !cilium.TalksToAPIServer(&r) {
 			if !equality.Semantic.DeepEqual(r.Env, m.Env) || !slices.Equal(r.Args, m.Args) || !slices.Equal(r.Command, m.Command) {
 				problems = append(problems, fmt.Sprintf("container %s does not talk to the API server but changed", r.Name))
 			}
@@ -135,13 +135,6 @@ func VerifyEnv(mutated, rendered *corev1.PodSpec, want Want, configMaps map[stri
 		}
 	}
 	return problems
-}
-
-// talksToAPIServer: the containers of Cilium's charts that talk to kube-apiserver (upstream's renders the API server
-// environment into them; Gardener's leaves the agent's to kubelet).
-func talksToAPIServer(c corev1.Container) bool {
-	return slices.Contains(cilium.APIServerContainers, c.Name) ||
-		slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == cilium.EnvServiceHost })
 }
 
 func otherEnv(env []corev1.EnvVar) []corev1.EnvVar {

@@ -35,8 +35,6 @@ import (
 // version is the Cilium release of the operator binary (hack/cilium-operator) and of the chart it runs from.
 const version = "1.19.7"
 
-func clientKey(name string) client.ObjectKey { return client.ObjectKey{Name: name} }
-
 func urlHost(raw string) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -216,15 +214,10 @@ func run(t *testing.T, pod *corev1.Pod, node string, overrideEnv map[string]stri
 	t.Cleanup(func() {
 		process.Stop(context.Background())
 		if t.Failed() {
-			t.Logf("--- cilium-operator log ---\n%s", tail(process.Log(), 40))
+			t.Logf("--- cilium-operator log ---\n%s", process.LogTail(40))
 		}
 	})
 	return process
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(s, "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 func readConfigMaps(t *testing.T) map[string]map[string]string {

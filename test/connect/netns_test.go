@@ -2,6 +2,7 @@ package connect
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -153,18 +154,7 @@ func pipe(c net.Conn, to string) {
 	defer upstream.Close()
 	done := make(chan struct{}, 2)
 	cp := func(dst, src net.Conn) {
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := src.Read(buf)
-			if n > 0 {
-				if _, werr := dst.Write(buf[:n]); werr != nil {
-					break
-				}
-			}
-			if err != nil {
-				break
-			}
-		}
+		_, _ = io.Copy(dst, src)
 		done <- struct{}{}
 	}
 	go cp(upstream, c)

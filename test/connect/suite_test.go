@@ -20,6 +20,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
@@ -72,13 +73,12 @@ func setup(ctx context.Context, e *testenv.Env) (func(), error) {
 		}
 	}
 
-	var err error
-	if ns, err = newNetns("cilium-connect-"+strconv.Itoa(os.Getpid()), clusterIP+"/32", vip+"/32"); err != nil {
+	apiServer, err := urlHost(env.Config.Host)
+	if err != nil {
 		return nil, err
 	}
-	apiServer := env.Config.Host
-	if u, err := urlHost(apiServer); err == nil {
-		apiServer = u
+	if ns, err = newNetns("cilium-connect-"+strconv.Itoa(os.Getpid()), clusterIP+"/32", vip+"/32"); err != nil {
+		return nil, err
 	}
 	addresses := map[string]string{"127.0.0.1:443": apiServer, clusterIP + ":443": "", vip + ":443": ""}
 	for _, ip := range controlPlaneIPs {
@@ -102,7 +102,7 @@ func setup(ctx context.Context, e *testenv.Env) (func(), error) {
 
 func setInternalIP(ctx context.Context, name, ip string) error {
 	node := &corev1.Node{}
-	if err := env.Client.Get(ctx, clientKey(name), node); err != nil {
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
 		return err
 	}
 	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}, {Type: corev1.NodeHostName, Address: name}}

@@ -65,7 +65,7 @@ func waitForFinalState(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExpo
 func requireSucceeded(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure) {
 	t.Helper()
 	if op := exp.Status.LastOperation; op.State != gardencorev1beta1.LastOperationStateSucceeded {
-		t.Fatalf("exposure %s: %s: %s\n--- operator log (tail) ---\n%s", exp.Name, op.State, op.Description, tail(operator.Log(), 40))
+		t.Fatalf("exposure %s: %s: %s\n--- operator log (tail) ---\n%s", exp.Name, op.State, op.Description, operator.LogTail(40))
 	}
 }
 
@@ -79,11 +79,6 @@ func deleteExposure(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposur
 	if err := env.WaitUntilGone(ctx, exp, time.Minute); err != nil {
 		t.Errorf("exposure %s was not deleted: %v", exp.Name, err)
 	}
-}
-
-func tail(s string, lines int) string {
-	all := strings.Split(s, "\n")
-	return strings.Join(all[max(0, len(all)-lines):], "\n")
 }
 
 func ingressIPs(exp *extensionsv1alpha1.SelfHostedShootExposure) []string {
@@ -150,7 +145,7 @@ func TestBGPExposure(t *testing.T) {
 		}
 		return true, nil
 	}); err != nil {
-		t.Fatalf("the operator did not derive the node configs: %v\n--- operator log (tail) ---\n%s", err, tail(operator.Log(), 40))
+		t.Fatalf("the operator did not derive the node configs: %v\n--- operator log (tail) ---\n%s", err, operator.LogTail(40))
 	}
 
 	advertisements := &ciliumv2.CiliumBGPAdvertisementList{}

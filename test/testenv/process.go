@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -86,6 +87,12 @@ func (p *Process) LogPath() string { return p.logPath }
 func (p *Process) Log() string {
 	b, _ := os.ReadFile(p.logPath)
 	return string(b)
+}
+
+// LogTail is the last n lines of what the process has logged.
+func (p *Process) LogTail(n int) string {
+	lines := strings.Split(p.Log(), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // Kill ends the process at once and waits for it.

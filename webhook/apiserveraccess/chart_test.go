@@ -3,7 +3,6 @@ package apiserveraccess_test
 import (
 	"context"
 	"encoding/json"
-	"strings"
 	"testing"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
@@ -141,9 +140,6 @@ var endpointsConfigMap = map[string]map[string]string{apiserverendpoints.ConfigM
 	apiserverendpoints.KeyKubeconfigPath: apiserverendpoints.KubeconfigPath,
 }}
 
-// controlPlaneIPs are the fixture's control-plane InternalIPs, which hostAliases must resolve the server name to.
-var controlPlaneIPs = strings.Split(strings.ReplaceAll(strings.ReplaceAll(fixtures.ControlPlaneURLs, "https://", ""), ":443", ""), ",")
-
 func verify(t *testing.T, what string, mutated, rendered client.Object, want ciliumchart.Want, hostAliases []string) {
 	t.Helper()
 	for _, p := range ciliumchart.VerifyPinned(ciliumchart.PodSpec(mutated), ciliumchart.PodSpec(rendered), want, hostAliases, endpointsConfigMap) {
@@ -157,7 +153,7 @@ func verifyPod(t *testing.T, what, version string, mutated, rendered client.Obje
 	if controlPlane {
 		verify(t, what, mutated, rendered, ciliumchart.WantLocal(version), nil)
 	} else {
-		verify(t, what, mutated, rendered, ciliumchart.WantByName(version), controlPlaneIPs)
+		verify(t, what, mutated, rendered, ciliumchart.WantByName(version), fixtures.ControlPlaneIPs)
 	}
 }
 

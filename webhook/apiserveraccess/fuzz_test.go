@@ -190,15 +190,16 @@ func checkOnlyDocumentedChanges(t *testing.T, original, mutated client.Object) {
 }
 
 func withoutEndpointsMount(mounts []corev1.VolumeMount) []corev1.VolumeMount {
-	out := slices.DeleteFunc(slices.Clone(mounts), func(m corev1.VolumeMount) bool { return m.Name == apiserverendpoints.VolumeName })
-	if len(out) == 0 {
-		return nil
-	}
-	return out
+	return without(mounts, func(m corev1.VolumeMount) bool { return m.Name == apiserverendpoints.VolumeName })
 }
 
 func withoutDocumentedEnv(env []corev1.EnvVar) []corev1.EnvVar {
-	out := slices.DeleteFunc(slices.Clone(env), func(e corev1.EnvVar) bool { return slices.Contains(documentedEnv, e.Name) })
+	return without(env, func(e corev1.EnvVar) bool { return slices.Contains(documentedEnv, e.Name) })
+}
+
+// without is a copy of items without those that drop picks, nil when none is left.
+func without[T any](items []T, drop func(T) bool) []T {
+	out := slices.DeleteFunc(slices.Clone(items), drop)
 	if len(out) == 0 {
 		return nil
 	}

@@ -190,10 +190,9 @@ func patch(original, mutated client.Object) []jsonpatch.JsonPatchOperation {
 }
 
 func podSpecPatch(base string, original, mutated *corev1.PodSpec) []jsonpatch.JsonPatchOperation {
-	semantic := func(a, b any) bool { return equality.Semantic.DeepEqual(a, b) }
 	var ops []jsonpatch.JsonPatchOperation
-	ops = appendListPatch(ops, base+"/hostAliases", original.HostAliases, mutated.HostAliases, func(a, b corev1.HostAlias) bool { return semantic(a, b) })
-	ops = appendListPatch(ops, base+"/volumes", original.Volumes, mutated.Volumes, func(a, b corev1.Volume) bool { return semantic(a, b) })
+	ops = appendListPatch(ops, base+"/hostAliases", original.HostAliases, mutated.HostAliases, semanticEqual)
+	ops = appendListPatch(ops, base+"/volumes", original.Volumes, mutated.Volumes, semanticEqual)
 	for _, list := range []struct {
 		name              string
 		original, mutated []corev1.Container
@@ -201,14 +200,16 @@ func podSpecPatch(base string, original, mutated *corev1.PodSpec) []jsonpatch.Js
 		for i := range list.mutated {
 			path := fmt.Sprintf("%s/%s/%d/", base, list.name, i)
 			o, m := list.original[i], list.mutated[i]
-			ops = appendListPatch(ops, path+"env", o.Env, m.Env, func(a, b corev1.EnvVar) bool { return semantic(a, b) })
-			ops = appendListPatch(ops, path+"args", o.Args, m.Args, func(a, b string) bool { return a == b })
-			ops = appendListPatch(ops, path+"command", o.Command, m.Command, func(a, b string) bool { return a == b })
-			ops = appendListPatch(ops, path+"volumeMounts", o.VolumeMounts, m.VolumeMounts, func(a, b corev1.VolumeMount) bool { return semantic(a, b) })
+			ops = appendListPatch(ops, path+"env", o.Env, m.Env, semanticEqual)
+			ops = appendListPatch(ops, path+"args", o.Args, m.Args, semanticEqual)
+			ops = appendListPatch(ops, path+"command", o.Command, m.Command, semanticEqual)
+			ops = appendListPatch(ops, path+"volumeMounts", o.VolumeMounts, m.VolumeMounts, semanticEqual)
 		}
 	}
 	return ops
 }
+
+func semanticEqual[T any](a, b T) bool { return equality.Semantic.DeepEqual(a, b) }
 
 // appendListPatch adds the operations that turn the list original into mutated. A list of the same length gets one
 // replace per changed item rather than a replacement of the whole list: kube-apiserver applies the patch to the

@@ -125,8 +125,8 @@ func (m *mutator) pinPod(ctx context.Context, pod *corev1.Pod) error {
 	nodeName := NodeNameOf(pod)
 	spreadKey := nodeName
 	if spreadKey == "" {
-		// The operator's pod has no node yet; its name (or generateName) still tells replicas apart.
-		spreadKey = pod.Name + pod.GenerateName + strconv.Itoa(rand.Int())
+		// The operator's pod has no node yet: a random start spreads its replicas.
+		spreadKey = strconv.Itoa(rand.Int())
 	}
 	PinPodSpec(&pod.Spec, Target{
 		Pod:          true,

@@ -6,6 +6,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	extensionswebhook "github.com/gardener/gardener/extensions/pkg/webhook"
+
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 )
@@ -64,7 +66,7 @@ func PinPodSpec(spec *corev1.PodSpec, t Target) {
 			pinned = true
 		})
 		if pinned {
-			spec.Volumes = setByName(spec.Volumes, endpointsVolume(), func(v corev1.Volume) string { return v.Name })
+			spec.Volumes = extensionswebhook.EnsureVolumeWithName(spec.Volumes, endpointsVolume())
 		}
 	}
 }
@@ -85,7 +87,7 @@ func setHostAliases(spec *corev1.PodSpec, aliases []corev1.HostAlias) {
 func pinContainers(spec *corev1.PodSpec, pin func(*corev1.Container)) {
 	for _, containers := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
 		for i := range containers {
-			if talksToAPIServer(&containers[i]) {
+			if cilium.TalksToAPIServer(&containers[i]) {
 				pin(&containers[i])
 				dropContradictions(&containers[i])
 			}
@@ -101,10 +103,10 @@ func pinToURL(c *corev1.Container, version cilium.Version, host, url string) {
 		c.Env = setEnv(c.Env, cilium.EnvAPIServerURLs, literal(url))
 	} else {
 		// 1.17 has no URL list; a stray variable would be ignored, but it would mislead whoever reads the pod.
-		c.Env = removeEnv(c.Env, cilium.EnvAPIServerURLs)
+		c.Env = extensionswebhook.EnsureNoEnvVarWithName(c.Env, cilium.EnvAPIServerURLs)
 	}
 	// The kubeconfig wins over the URL (rest_config_provider.go createConfig).
-	c.Env = removeEnv(c.Env, cilium.EnvKubeconfigPath)
+	c.Env = extensionswebhook.EnsureNoEnvVarWithName(c.Env, cilium.EnvKubeconfigPath)
 }
 
 // pinToKubeconfig points a container of a template at the endpoints ConfigMap's kubeconfig and, where Cilium rotates
@@ -114,26 +116,19 @@ func pinToKubeconfig(c *corev1.Container, version cilium.Version) {
 	if version.SupportsAPIServerURLs() && c.Name != cilium.AgentContainerName {
 		c.Env = setEnv(c.Env, cilium.EnvAPIServerURLs, endpointsFromConfigMap(apiserverendpoints.KeyAPIServerURLs))
 	} else {
-		c.Env = removeEnv(c.Env, cilium.EnvAPIServerURLs)
+		c.Env = extensionswebhook.EnsureNoEnvVarWithName(c.Env, cilium.EnvAPIServerURLs)
 	}
-	c.VolumeMounts = setByName(c.VolumeMounts, corev1.VolumeMount{
+	c.VolumeMounts = extensionswebhook.EnsureVolumeMountWithName(c.VolumeMounts, corev1.VolumeMount{
 		Name: apiserverendpoints.VolumeName, MountPath: apiserverendpoints.MountPath, ReadOnly: true,
-	}, func(m corev1.VolumeMount) string { return m.Name })
+	})
 }
 
 // dropContradictions removes what would override the pinned environment: CILIUM_K8S_API_SERVER, and the API server
 // flags on the command line, which Cilium reads before the environment.
 func dropContradictions(c *corev1.Container) {
-	c.Env = removeEnv(c.Env, cilium.EnvAPIServer)
+	c.Env = extensionswebhook.EnsureNoEnvVarWithName(c.Env, cilium.EnvAPIServer)
 	c.Command = removeAPIServerFlags(c.Command)
 	c.Args = removeAPIServerFlags(c.Args)
-}
-
-// talksToAPIServer: the containers where Cilium's chart renders the API server environment, and any other container
-// that someone already pointed at an API server.
-func talksToAPIServer(c *corev1.Container) bool {
-	return slices.Contains(cilium.APIServerContainers, c.Name) ||
-		slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == cilium.EnvServiceHost })
 }
 
 func literal(value string) corev1.EnvVar { return corev1.EnvVar{Value: value} }
@@ -160,16 +155,6 @@ func endpointsVolume() corev1.Volume {
 	}}}
 }
 
-// setByName sets the item named like v in place, or appends it.
-func setByName[T any](items []T, v T, name func(T) string) []T {
-	i := slices.IndexFunc(items, func(item T) bool { return name(item) == name(v) })
-	if i < 0 {
-		return append(items, v)
-	}
-	items[i] = v
-	return items
-}
-
 // setEnv sets name to the value or source of v, in place if it exists (keeping the order, which matters for
 // $(VAR) references), appended otherwise. Duplicates of name are dropped.
 func setEnv(env []corev1.EnvVar, name string, v corev1.EnvVar) []corev1.EnvVar {
@@ -179,11 +164,7 @@ func setEnv(env []corev1.EnvVar, name string, v corev1.EnvVar) []corev1.EnvVar {
 		return append(env, v)
 	}
 	env[i] = v
-	return slices.Concat(env[:i+1], removeEnv(env[i+1:], name))
-}
-
-func removeEnv(env []corev1.EnvVar, name string) []corev1.EnvVar {
-	return slices.DeleteFunc(env, func(e corev1.EnvVar) bool { return e.Name == name })
+	return slices.Concat(env[:i+1], extensionswebhook.EnsureNoEnvVarWithName(env[i+1:], name))
 }
 
 // removeAPIServerFlags drops `--k8s-api-server[-urls]=V`, `--k8s-kubeconfig-path=V` and their `--flag V` forms from a

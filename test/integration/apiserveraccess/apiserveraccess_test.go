@@ -97,7 +97,7 @@ func endpoints(t *testing.T) map[string]map[string]string {
 // that the hostAliases of a pod elsewhere resolve the server name to every control-plane node.
 func verifyPod(t *testing.T, what string, pod, rendered *corev1.Pod, controlPlane bool, cms map[string]map[string]string) {
 	t.Helper()
-	want, wantAliases := ciliumchart.WantByName(version), controlPlaneIPs
+	want, wantAliases := ciliumchart.WantByName(version), fixtures.ControlPlaneIPs
 	if controlPlane {
 		want, wantAliases = ciliumchart.WantLocal(version), nil
 	}
@@ -114,9 +114,6 @@ func verifyPod(t *testing.T, what string, pod, rendered *corev1.Pod, controlPlan
 		t.Errorf("%s: hostAliases resolve %s to %v, want %v", what, apiserverendpoints.ServerName, resolved, wantAliases)
 	}
 }
-
-// controlPlaneIPs are the fixture's control-plane InternalIPs, sorted.
-var controlPlaneIPs = []string{"10.0.1.10", "10.0.1.11", "10.0.1.12"}
 
 // template is what every template gets.
 var template = ciliumchart.WantTemplate(version, fixtures.ControlPlaneURLs)
@@ -137,14 +134,21 @@ func waitUntilMutating(t *testing.T, agent *appsv1.DaemonSet) {
 	}
 }
 
-// TestCiliumIsPinned creates the objects of Cilium's chart and their pods through the API server and reads them back.
-func TestCiliumIsPinned(t *testing.T) {
-	ctx := context.Background()
+// renderWhenMutating renders Cilium's chart once the webhook mutates its agent DaemonSet.
+func renderWhenMutating(t *testing.T) *ciliumchart.Objects {
+	t.Helper()
 	rendered, err := ciliumchart.Render(version, ciliumchart.Values(version))
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitUntilMutating(t, rendered.Agent)
+	return rendered
+}
+
+// TestCiliumIsPinned creates the objects of Cilium's chart and their pods through the API server and reads them back.
+func TestCiliumIsPinned(t *testing.T) {
+	ctx := context.Background()
+	rendered := renderWhenMutating(t)
 
 	for _, obj := range rendered.All {
 		created := obj.DeepCopyObject().(client.Object)
@@ -335,11 +339,7 @@ func waitForURLs(ctx context.Context, urls string) error {
 // (pkg/nodeagent/controller/operatingsystemconfig/reconciler.go). The pod must already talk to its own kube-apiserver.
 func TestJoiningControlPlaneNode(t *testing.T) {
 	ctx := context.Background()
-	rendered, err := ciliumchart.Render(version, ciliumchart.Values(version))
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitUntilMutating(t, rendered.Agent)
+	rendered := renderWhenMutating(t)
 
 	joining := fixtures.Node("cp-joining", "10.0.1.14", true)
 	delete(joining.Labels, "node-role.kubernetes.io/control-plane")
