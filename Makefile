@@ -9,7 +9,8 @@ GO              ?= go
 CACHE_DIR       ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/gardener-extension-cilium-selfhosted
 export CACHE_DIR
 ENVTEST_ASSETS   = $(shell hack/envtest/build.sh)
-CILIUM_OPERATOR  = $(shell hack/cilium-operator/build.sh)
+CILIUM_OPERATOR  = $(shell hack/cilium/build.sh cilium-operator)
+CILIUM_DBG       = $(shell hack/cilium/build.sh cilium-dbg)
 TEST_FLAGS      ?= -race -timeout=20m
 
 .PHONY: all
@@ -24,14 +25,16 @@ build:
 envtest-assets:
 	@hack/envtest/build.sh
 
-# Cilium's real operator (LB-IPAM, BGP control plane), built from the cilium module pinned in hack/cilium-operator.
-.PHONY: cilium-operator
-cilium-operator:
-	@hack/cilium-operator/build.sh
+# Cilium's real operator (LB-IPAM, BGP control plane) and cilium-dbg (the agent's build-config step), built from the
+# cilium module pinned in hack/cilium.
+.PHONY: cilium-binaries
+cilium-binaries:
+	@hack/cilium/build.sh cilium-operator
+	@hack/cilium/build.sh cilium-dbg
 
 .PHONY: test
-test: envtest-assets cilium-operator
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CILIUM_OPERATOR="$(CILIUM_OPERATOR)" $(GO) test $(TEST_FLAGS) ./...
+test: envtest-assets cilium-binaries
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CILIUM_OPERATOR="$(CILIUM_OPERATOR)" CILIUM_DBG="$(CILIUM_DBG)" $(GO) test $(TEST_FLAGS) ./...
 
 .PHONY: lint
 lint:
@@ -46,13 +49,13 @@ generate:
 	$(GO) run ./hack/generate-controller-registration
 
 .PHONY: demo
-demo: envtest-assets cilium-operator build
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CILIUM_OPERATOR="$(CILIUM_OPERATOR)" $(GO) run ./hack/demo --extension=bin/$(BINARY) $(if $(KEEP),--keep)
+demo: envtest-assets cilium-binaries build
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CILIUM_OPERATOR="$(CILIUM_OPERATOR)" CILIUM_DBG="$(CILIUM_DBG)" $(GO) run ./hack/demo --extension=bin/$(BINARY) $(if $(KEEP),--keep)
 
 # Benchmarks of the webhook and the exposure beside their floors; results under bench/results.
 .PHONY: bench
-bench: envtest-assets cilium-operator
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CILIUM_OPERATOR="$(CILIUM_OPERATOR)" $(GO) run ./hack/bench --out bench/results
+bench: envtest-assets cilium-binaries
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CILIUM_OPERATOR="$(CILIUM_OPERATOR)" CILIUM_DBG="$(CILIUM_DBG)" $(GO) run ./hack/bench --out bench/results
 
 # Fuzz each target for FUZZTIME; crashers land in testdata/fuzz and become regression tests of `make test`.
 FUZZTIME ?= 30s

@@ -23,14 +23,19 @@ const Name = "cilium-selfhosted"
 // Archive packs the chart as Helm does (a gzipped tar with the chart's directory at its root), reproducibly: the same
 // chart gives the same bytes.
 func Archive() ([]byte, error) {
+	return ArchiveFS(FS, ChartPath)
+}
+
+// ArchiveFS packs the chart in directory root of fsys as Archive does.
+func ArchiveFS(fsys fs.FS, root string) ([]byte, error) {
 	var buf bytes.Buffer
 	gz := gzip.NewWriter(&buf)
 	tw := tar.NewWriter(gz)
-	err := fs.WalkDir(FS, ChartPath, func(p string, d fs.DirEntry, err error) error {
+	err := fs.WalkDir(fsys, root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
-		data, err := fs.ReadFile(FS, p)
+		data, err := fs.ReadFile(fsys, p)
 		if err != nil {
 			return err
 		}

@@ -84,13 +84,18 @@ func Render(version string, values map[string]any) (*Objects, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the Cilium %s chart: %w", version, err)
 	}
+	return collect("the Cilium "+version+" chart", version, rendered)
+}
+
+// collect sorts the rendered objects of a chart into Objects.
+func collect(chart, version string, rendered []client.Object) (*Objects, error) {
 	objs := &Objects{Version: version}
 	for _, obj := range rendered {
 		obj.SetNamespace(namespaceOf(obj))
 		objs.add(obj)
 	}
 	if objs.Agent == nil || objs.Operator == nil || objs.Config == nil {
-		return nil, fmt.Errorf("the Cilium %s chart rendered no agent DaemonSet, operator Deployment or cilium-config", version)
+		return nil, fmt.Errorf("%s rendered no agent DaemonSet, operator Deployment or cilium-config", chart)
 	}
 	return objs, nil
 }

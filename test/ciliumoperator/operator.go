@@ -1,4 +1,4 @@
-// Package ciliumoperator runs Cilium's real operator (built from the cilium module by hack/cilium-operator/build.sh)
+// Package ciliumoperator runs Cilium's real operator (built from the cilium module by hack/cilium/build.sh)
 // as a process against the envtest kube-apiserver, so that LB-IPAM and the BGP control plane are Cilium's own.
 package ciliumoperator
 
@@ -9,7 +9,6 @@ import (
 	"maps"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumbin"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
 )
 
@@ -47,22 +47,9 @@ func Config(apiPort, prometheusPort int) map[string]string {
 	}
 }
 
-// Binary is the operator binary: $CILIUM_OPERATOR, else what hack/cilium-operator/build.sh builds or has cached.
+// Binary is the operator binary: $CILIUM_OPERATOR, else what hack/cilium/build.sh builds or has cached.
 func Binary() (string, error) {
-	if bin := os.Getenv("CILIUM_OPERATOR"); bin != "" {
-		return bin, nil
-	}
-	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
-	if err != nil {
-		return "", err
-	}
-	cmd := exec.Command(filepath.Join(string(root[:len(root)-1]), "hack", "cilium-operator", "build.sh"))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("building cilium-operator: %w", err)
-	}
-	return string(out[:len(out)-1]), nil
+	return ciliumbin.Path(ciliumbin.Operator)
 }
 
 // Start starts the operator against env with Config plus overrides and waits until it serves and leads.

@@ -5,10 +5,10 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -24,16 +24,26 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumbin"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumoperator"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
 )
 
-// version is the Cilium release of the operator binary (hack/cilium-operator) and of the chart it runs from.
+// version is the Cilium release of the binaries (hack/cilium) and of the charts they run from.
 const version = "1.19.7"
+
+// operatorContainer and configContainer are the operator's container and the agent's init container that runs
+// `cilium-dbg build-config`, in both charts.
+const (
+	operatorContainer = "cilium-operator"
+	configContainer   = "config"
+)
 
 func urlHost(raw string) (string, error) {
 	u, err := url.Parse(raw)
@@ -43,98 +53,141 @@ func urlHost(raw string) (string, error) {
 	return u.Host, nil
 }
 
+// installation is one chart as the webhook admitted it: the operator Deployment and the chart's ConfigMaps
+// (`cilium-config` as admitted), by name.
+type installation struct {
+	agent      *appsv1.DaemonSet
+	operator   *appsv1.Deployment
+	configMaps map[string]map[string]string
+}
+
+// charts are the charts whose operator the tests run: Gardener's networking-cilium, which real shoots deploy, and
+// upstream's for the operator binary's version.
+var charts = map[string]func() (*ciliumchart.Objects, error){
+	"networking-cilium": func() (*ciliumchart.Objects, error) {
+		return ciliumchart.RenderGardener(ciliumchart.GardenerVersion, ciliumchart.GardenerValues(ciliumchart.GardenerVersion))
+	},
+	"cilium-" + version: func() (*ciliumchart.Objects, error) {
+		return ciliumchart.Render(version, ciliumchart.Values(version))
+	},
+}
+
 var (
-	installOnce sync.Once
-	installed   *appsv1.Deployment
-	installErr  error
+	installMu sync.Mutex
+	installed = map[string]*installation{}
 )
 
-// installCilium creates the chart's objects through kube-apiserver, so that the webhook admits them, the operator's
-// ServiceAccount with cluster-admin (what is tested is how it connects, not its RBAC), and waits until the endpoints
-// ConfigMap lists the control-plane nodes. It returns the stored operator Deployment.
-func installCilium(t *testing.T) *appsv1.Deployment {
-	t.Helper()
-	installOnce.Do(func() {
-		ctx := context.Background()
-		rendered, err := ciliumchart.Render(version, ciliumchart.Values(version))
-		if err != nil {
-			installErr = err
-			return
-		}
-		if installErr = testenv.WaitFor(ctx, time.Minute, func(ctx context.Context) (bool, error) {
-			probe := rendered.Operator.DeepCopy()
-			probe.Name = "probe"
-			if err := env.Client.Create(ctx, probe, client.DryRunAll); err != nil {
-				return false, err
-			}
-			return slices.ContainsFunc(probe.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == apiserverendpoints.VolumeName }), nil
-		}); installErr != nil {
-			return
-		}
-		for _, obj := range rendered.All {
-			if err := env.Client.Create(ctx, obj.DeepCopyObject().(client.Object)); err != nil && !apierrors.IsAlreadyExists(err) {
-				installErr = fmt.Errorf("creating %T %s: %w", obj, obj.GetName(), err)
-				return
-			}
-		}
-		binding := &rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: "cilium-operator-connect"},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
-			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: cilium.Namespace, Name: "cilium-operator"}},
-		}
-		if installErr = env.Client.Create(ctx, binding); installErr != nil {
-			return
-		}
-		want := make([]string, 0, len(controlPlaneIPs))
-		for _, ip := range controlPlaneIPs {
-			want = append(want, apiserverendpoints.URL(ip))
-		}
-		if installErr = testenv.WaitFor(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
-			cm := &corev1.ConfigMap{}
-			if err := env.Client.Get(ctx, client.ObjectKey{Namespace: cilium.Namespace, Name: apiserverendpoints.ConfigMapName}, cm); err != nil {
-				return false, err
-			}
-			return cm.Data[apiserverendpoints.KeyAPIServerURLs] == strings.Join(want, ","), nil
-		}); installErr != nil {
-			return
-		}
-		installed = &appsv1.Deployment{}
-		installErr = env.Client.Get(ctx, client.ObjectKeyFromObject(rendered.Operator), installed)
-	})
-	if installErr != nil {
-		t.Fatal(installErr)
+// forEachChart runs test once for each chart's installation.
+func forEachChart(t *testing.T, test func(t *testing.T, inst *installation)) {
+	for _, name := range slices.Sorted(maps.Keys(charts)) {
+		t.Run(name, func(t *testing.T) { test(t, install(t, name)) })
 	}
-	return installed
+}
+
+// install sends the chart's agent DaemonSet, operator Deployment and ConfigMaps through kube-apiserver as a dry run, so
+// that the webhook admits them without the two charts' objects replacing each other; creates the ServiceAccounts with
+// cluster-admin (what is tested is how they connect, not their RBAC); and waits until the endpoints ConfigMap lists
+// the control-plane nodes.
+//
+// All charts are installed at the first call, before any test stores a `cilium-config` of its own.
+func install(t *testing.T, chart string) *installation {
+	t.Helper()
+	installMu.Lock()
+	defer installMu.Unlock()
+	if len(installed) == 0 {
+		for name := range charts {
+			installed[name] = installChart(t, name)
+		}
+	}
+	return installed[chart]
+}
+
+func installChart(t *testing.T, chart string) *installation {
+	t.Helper()
+	ctx := context.Background()
+	rendered, err := charts[chart]()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rendered.Version != version {
+		t.Fatalf("%s deploys Cilium %s, the operator binary is %s", chart, rendered.Version, version)
+	}
+	inst := &installation{agent: rendered.Agent.DeepCopy(), operator: rendered.Operator.DeepCopy(), configMaps: map[string]map[string]string{}}
+	// The webhook patches only once the extension has its endpoints: until then a dry run comes back as rendered.
+	if err := testenv.WaitFor(ctx, time.Minute, func(ctx context.Context) (bool, error) {
+		inst.operator = rendered.Operator.DeepCopy()
+		if err := envtest.Client.Create(ctx, inst.operator, client.DryRunAll); err != nil {
+			return false, err
+		}
+		return slices.ContainsFunc(inst.operator.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == apiserverendpoints.VolumeName }), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := envtest.Client.Create(ctx, inst.agent, client.DryRunAll); err != nil {
+		t.Fatal(err)
+	}
+	for _, obj := range rendered.All {
+		switch obj := obj.(type) {
+		case *corev1.ConfigMap:
+			admitted := obj.DeepCopy()
+			if err := envtest.Client.Create(ctx, admitted, client.DryRunAll); err != nil {
+				t.Fatal(err)
+			}
+			inst.configMaps[obj.Name] = admitted.Data
+		case *corev1.ServiceAccount:
+			if err := envtest.Client.Create(ctx, obj.DeepCopy()); err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, sa := range []string{inst.operator.Spec.Template.Spec.ServiceAccountName, inst.agent.Spec.Template.Spec.ServiceAccountName} {
+		binding := &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: sa + "-connect"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: cilium.Namespace, Name: sa}},
+		}
+		if err := envtest.Client.Create(ctx, binding); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	want := make([]string, 0, len(controlPlaneIPs))
+	for _, ip := range controlPlaneIPs {
+		want = append(want, apiserverendpoints.URL(ip))
+	}
+	if err := testenv.WaitFor(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
+		cm := &corev1.ConfigMap{}
+		if err := envtest.Client.Get(ctx, client.ObjectKey{Namespace: cilium.Namespace, Name: apiserverendpoints.ConfigMapName}, cm); err != nil {
+			return false, err
+		}
+		inst.configMaps[apiserverendpoints.ConfigMapName] = cm.Data
+		return cm.Data[apiserverendpoints.KeyAPIServerURLs] == strings.Join(want, ","), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return inst
 }
 
 // admitted creates pod through kube-apiserver, so that the webhook admits it, and returns it as stored.
 func admitted(t *testing.T, pod *corev1.Pod) *corev1.Pod {
 	t.Helper()
 	ctx := context.Background()
-	if err := env.Client.Create(ctx, pod); err != nil {
+	if err := envtest.Client.Create(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), pod) })
+	t.Cleanup(func() { _ = envtest.Client.Delete(context.Background(), pod) })
 	return pod
 }
 
-// run starts the operator container of pod as kubelet would on node, in the namespace, and stops it when the test
-// ends.
-func run(t *testing.T, pod *corev1.Pod, node string, overrideEnv map[string]string) *testenv.Process {
+// run starts container of pod as kubelet would on node, in the sandbox, with the pod's ServiceAccount token and the
+// cluster CA, and stops it when the test ends.
+func run(t *testing.T, inst *installation, pod *corev1.Pod, container, node string, env map[string]string) *podrun.Started {
 	t.Helper()
 	ctx := context.Background()
-	_ = env.Client.Delete(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: cilium.Namespace, Name: "cilium-operator-resource-lock"}})
-	for _, ep := range endpoints {
-		ep.reset()
-	}
+	_ = envtest.Client.Delete(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: cilium.Namespace, Name: "cilium-operator-resource-lock"}})
+	sandbox.Reset()
+	storeConfig(t, inst.configMaps[cilium.ConfigMapName])
 
-	dir := t.TempDir()
-	container := pod.Spec.Containers[slices.IndexFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == "cilium-operator" })]
-	configMaps := readConfigMaps(t)
-
-	// The service-account volume: a token of the pod's ServiceAccount, and the cluster CA.
-	saDir := filepath.Join(dir, "serviceaccount")
-	cs, err := kubernetes.NewForConfig(env.Config)
+	cs, err := kubernetes.NewForConfig(envtest.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,156 +196,67 @@ func run(t *testing.T, pod *corev1.Pod, node string, overrideEnv map[string]stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeFiles(t, saDir, map[string]string{
-		corev1.ServiceAccountTokenKey:     token.Status.Token,
-		corev1.ServiceAccountRootCAKey:    string(testenv.GardenerCertificates.CA.CertificatePEM),
-		corev1.ServiceAccountNamespaceKey: cilium.Namespace,
-	})
+	// cilium-config as the operator's config directory gets the serve addresses and what the operator would otherwise
+	// wait for or create, as ciliumoperator.Config sets them.
+	configMaps := maps.Clone(inst.configMaps)
+	configMaps[cilium.ConfigMapName] = maps.Clone(configMaps[cilium.ConfigMapName])
+	maps.Copy(configMaps[cilium.ConfigMapName], ciliumoperator.Config(9234, 9963))
 
-	// ConfigMap volumes: cilium-config as the config directory (with the serve addresses and what the operator would
-	// otherwise wait for or create, as ciliumoperator.Config sets them), and the endpoints kubeconfig.
-	config := configMaps[cilium.ConfigMapName]
-	for k, v := range ciliumoperator.Config(9234, 9963) {
-		config[k] = v
-	}
-	configDir, kubeconfigDir := filepath.Join(dir, "config-map"), filepath.Join(dir, "kubeconfig")
-	writeFiles(t, configDir, config)
-	writeFiles(t, kubeconfigDir, map[string]string{apiserverendpoints.KeyKubeconfig: configMaps[apiserverendpoints.ConfigMapName][apiserverendpoints.KeyKubeconfig]})
-
-	// /etc/hosts as kubelet writes it for a hostNetwork pod (kubernetes pkg/kubelet/kubelet_pods.go
-	// nodeHostsFileContent, hostsEntriesFromHostAliases): the node's hosts file, in which the external name resolves to
-	// the VIP as DNS would, then the pod's hostAliases.
-	hosts := "# Kubernetes-managed hosts file (host network).\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" +
-		vip + "\t" + externalName + "\n"
-	if len(pod.Spec.HostAliases) > 0 {
-		hosts += "\n# Entries added by HostAliases.\n"
-		for _, a := range pod.Spec.HostAliases {
-			hosts += a.IP + "\t" + strings.Join(a.Hostnames, "\t") + "\n"
-		}
-	}
-	writeFiles(t, dir, map[string]string{"hosts": hosts})
-
-	environment := podEnv(t, pod, container, node, configMaps)
-	for k, v := range overrideEnv {
-		if v == "" {
-			delete(environment, k)
-		} else {
-			environment[k] = v
-		}
-	}
-	args := expand(slices.Concat(container.Command[1:], container.Args), environment)
-
-	binary, err := ciliumoperator.Binary()
+	binary, err := ciliumbin.Path(binaryOf(t, pod, container))
 	if err != nil {
 		t.Fatal(err)
 	}
-	script := strings.Join([]string{
-		"set -e",
-		"mount --bind " + filepath.Join(dir, "hosts") + " /etc/hosts",
-		"mount -t tmpfs tmpfs /run",
-		"mkdir -p /run/secrets/kubernetes.io/serviceaccount /run/cilium",
-		"mount --bind " + saDir + " /run/secrets/kubernetes.io/serviceaccount",
-		"mount -t tmpfs tmpfs /var/lib",
-		"mkdir -p " + apiserverendpoints.MountPath,
-		"mount --bind " + kubeconfigDir + " " + apiserverendpoints.MountPath,
-		"mkdir -p /tmp/cilium",
-		"mount -t tmpfs tmpfs /tmp/cilium",
-		"mkdir -p /tmp/cilium/config-map",
-		"mount --bind " + configDir + " /tmp/cilium/config-map",
-		`exec "$@"`,
-	}, "\n")
-	cmd := ns.command("unshare", append([]string{"--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, "sh", binary}, args...)...)
-	cmd.Env = nil
-	for k, v := range environment {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	cmd.Env = append(cmd.Env, "PATH=/usr/sbin:/usr/bin:/sbin:/bin")
-	process, err := testenv.StartCommand(filepath.Join(env.Dir, "connect", strings.ReplaceAll(t.Name(), "/", "_")+".log"), cmd)
+	started, err := sandbox.Start(podrun.Container{
+		Pod: pod, Name: container, Node: node, Binary: binary, ConfigMaps: configMaps,
+		Token: token.Status.Token, CA: testenv.GardenerCertificates.CA.CertificatePEM, Env: env,
+		Dir: t.TempDir(), LogPath: filepath.Join(envtest.Dir, "connect", strings.ReplaceAll(t.Name(), "/", "_")+".log"),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		process.Stop(context.Background())
+		started.Stop(context.Background())
 		if t.Failed() {
-			t.Logf("--- cilium-operator log ---\n%s", process.LogTail(40))
+			t.Logf("--- %s log ---\n%s", container, started.LogTail(40))
 		}
 	})
-	return process
+	return started
 }
 
-func readConfigMaps(t *testing.T) map[string]map[string]string {
+// storeConfig makes the cluster's `cilium-config` the chart's, for the components that read it through kube-apiserver.
+func storeConfig(t *testing.T, data map[string]string) {
 	t.Helper()
-	out := map[string]map[string]string{}
-	for _, name := range []string{cilium.ConfigMapName, apiserverendpoints.ConfigMapName} {
-		cm := &corev1.ConfigMap{}
-		if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: cilium.Namespace, Name: name}, cm); err != nil {
-			t.Fatal(err)
-		}
-		out[name] = cm.Data
-	}
-	return out
-}
-
-func writeFiles(t *testing.T, dir string, files map[string]string) {
-	t.Helper()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	ctx := context.Background()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: cilium.Namespace, Name: cilium.ConfigMapName}}
+	if _, err := controllerutil.CreateOrUpdate(ctx, envtest.Client, cm, func() error {
+		cm.Data = data
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
-	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
-// podEnv is the environment kubelet gives the container: the `kubernetes` Service's variables first, then the
-// container's own in order, with ConfigMap keys, the downward API and $(VAR) references resolved.
-func podEnv(t *testing.T, pod *corev1.Pod, c corev1.Container, node string, configMaps map[string]map[string]string) map[string]string {
+// binaryOf is the Cilium binary that container's command runs.
+func binaryOf(t *testing.T, pod *corev1.Pod, container string) string {
 	t.Helper()
-	out := map[string]string{
-		"KUBERNETES_SERVICE_HOST": clusterIP, "KUBERNETES_SERVICE_PORT": "443", "KUBERNETES_SERVICE_PORT_HTTPS": "443",
-		"KUBERNETES_PORT": "tcp://" + clusterIP + ":443",
-	}
-	for _, e := range c.Env {
-		switch {
-		case e.ValueFrom == nil:
-			out[e.Name] = expand([]string{e.Value}, out)[0]
-		case e.ValueFrom.ConfigMapKeyRef != nil:
-			if v, ok := configMaps[e.ValueFrom.ConfigMapKeyRef.Name][e.ValueFrom.ConfigMapKeyRef.Key]; ok {
-				out[e.Name] = v
-			}
-		case e.ValueFrom.FieldRef != nil:
-			switch e.ValueFrom.FieldRef.FieldPath {
-			case "metadata.namespace":
-				out[e.Name] = pod.Namespace
-			case "spec.nodeName":
-				out[e.Name] = node
-			case "metadata.name":
-				out[e.Name] = pod.Name
-			}
+	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
+		if c.Name != container || len(c.Command) == 0 {
+			continue
+		}
+		switch cmd := filepath.Base(c.Command[0]); {
+		case strings.HasPrefix(cmd, "cilium-operator"):
+			return ciliumbin.Operator
+		case cmd == "cilium-dbg":
+			return ciliumbin.Dbg
 		}
 	}
-	return out
-}
-
-var reference = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
-
-func expand(in []string, env map[string]string) []string {
-	out := make([]string, len(in))
-	for i, s := range in {
-		out[i] = reference.ReplaceAllStringFunc(s, func(ref string) string {
-			if v, ok := env[ref[2:len(ref)-1]]; ok {
-				return v
-			}
-			return ref
-		})
-	}
-	return out
+	t.Fatalf("no Cilium binary for container %s of pod %s", container, pod.Name)
+	return ""
 }
 
 // waitUntilLeading waits until the operator has taken its leader lease, which it does only over a working, verified
 // connection with its own token.
-func waitUntilLeading(t *testing.T, p *testenv.Process) {
+func waitUntilLeading(t *testing.T, p *podrun.Started) {
 	t.Helper()
 	if err := testenv.WaitFor(context.Background(), 2*time.Minute, func(ctx context.Context) (bool, error) {
 		select {
@@ -301,7 +265,7 @@ func waitUntilLeading(t *testing.T, p *testenv.Process) {
 		default:
 		}
 		lease := &coordinationv1.Lease{}
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: cilium.Namespace, Name: "cilium-operator-resource-lock"}, lease); err != nil {
+		if err := envtest.Client.Get(ctx, client.ObjectKey{Namespace: cilium.Namespace, Name: "cilium-operator-resource-lock"}, lease); err != nil {
 			return false, err
 		}
 		return lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != "", nil
@@ -310,22 +274,11 @@ func waitUntilLeading(t *testing.T, p *testenv.Process) {
 	}
 }
 
-// reached lists the addresses the operator connected to.
-func reached() map[string]int {
-	out := map[string]int{}
-	for addr, ep := range endpoints {
-		if n := ep.count(); n > 0 {
-			out[addr] = n
-		}
-	}
-	return out
-}
-
 // assertReached checks that the operator reached only addresses among allowed, at least one of them, and never the
 // ClusterIP or the VIP.
 func assertReached(t *testing.T, allowed ...string) {
 	t.Helper()
-	got := reached()
+	got := sandbox.Reached()
 	if len(got) == 0 {
 		t.Error("no connection to any kube-apiserver address")
 	}
@@ -337,17 +290,9 @@ func assertReached(t *testing.T, allowed ...string) {
 	t.Logf("connections: %v", got)
 }
 
-func controlPlaneAddresses() []string {
-	var out []string
-	for _, ip := range controlPlaneIPs {
-		out = append(out, ip+":443")
-	}
-	return out
-}
-
 // stayAfterSync keeps the operator running for a while after it leads, so that a later switch (to the ClusterIP, as
 // a >= 1.18 agent with several URLs does once synced) would show.
-func stayAfterSync(t *testing.T, p *testenv.Process) {
+func stayAfterSync(t *testing.T, p *podrun.Started) {
 	t.Helper()
 	deadline := time.After(10 * time.Second)
 	for {
@@ -361,86 +306,153 @@ func stayAfterSync(t *testing.T, p *testenv.Process) {
 	}
 }
 
-// TestOperatorOffControlPlane: the operator's pod, admitted without a node, reaches the control-plane nodes'
-// kube-apiservers by InternalIP and verifies Gardener's certificate under the server name.
-func TestOperatorOffControlPlane(t *testing.T) {
-	pod := admitted(t, ciliumchart.DeploymentPod(installCilium(t)))
-	if len(pod.Spec.HostAliases) != len(controlPlaneIPs) {
-		t.Fatalf("hostAliases %+v", pod.Spec.HostAliases)
-	}
-	p := run(t, pod, "worker-0", nil)
-	waitUntilLeading(t, p)
-	stayAfterSync(t, p)
-	assertReached(t, controlPlaneAddresses()...)
+// placement is where and how a Cilium pod runs.
+type placement struct {
+	name string
+	// node runs the pod; for the operator, a control-plane node is known at admission, another node is not (the
+	// ReplicaSet controller creates the pod unscheduled).
+	node string
+	// admitted: the webhook admitted the pod; otherwise it comes from the admitted template alone, as while the webhook
+	// is unreachable.
+	admitted bool
+	// deadFirst switches off the control-plane address the pod's hosts file lists first for the server name.
+	deadFirst bool
+	// allowed are the addresses the pod may reach.
+	allowed []string
 }
 
-// TestOperatorOffControlPlaneWithADeadNode: with the kube-apiserver the pod dials first gone, it fails over.
-func TestOperatorOffControlPlaneWithADeadNode(t *testing.T) {
-	pod := admitted(t, ciliumchart.DeploymentPod(installCilium(t)))
-	dead := endpoints[pod.Spec.HostAliases[0].IP+":443"]
-	dead.stop()
-	t.Cleanup(func() {
-		if err := dead.start(); err != nil {
-			t.Error(err)
+func placements() []placement {
+	return []placement{
+		{name: "on cp-1", node: "cp-1", admitted: true, allowed: []string{podrun.LocalAPIServer}},
+		{name: "on worker-0", node: "worker-0", admitted: true, allowed: sandbox.ControlPlaneAddresses()},
+		{name: "on worker-0 with the first control-plane node dead", node: "worker-0", admitted: true, deadFirst: true, allowed: sandbox.ControlPlaneAddresses()},
+		{name: "from the template on worker-1", node: "worker-1", allowed: sandbox.ControlPlaneAddresses()},
+	}
+}
+
+// forEachPlacement runs test for every chart and placement with the pod that pod makes from the chart's installation.
+func forEachPlacement(t *testing.T, pod func(inst *installation, node string, controlPlane bool) *corev1.Pod, test func(t *testing.T, inst *installation, pod *corev1.Pod, p placement)) {
+	forEachChart(t, func(t *testing.T, inst *installation) {
+		for _, p := range placements() {
+			t.Run(p.name, func(t *testing.T) {
+				pl := pod(inst, p.node, slices.Contains(p.allowed, podrun.LocalAPIServer))
+				if p.admitted {
+					pl = admitted(t, pl)
+				} else {
+					pl.Name = pl.GenerateName + "unadmitted"
+				}
+				if p.deadFirst {
+					dead := pl.Spec.HostAliases[0].IP + ":443"
+					sandbox.SwitchOff(dead)
+					t.Cleanup(func() {
+						if err := sandbox.SwitchOn(dead); err != nil {
+							t.Error(err)
+						}
+					})
+					p.allowed = slices.DeleteFunc(slices.Clone(p.allowed), func(a string) bool { return a == dead })
+				}
+				test(t, inst, pl, p)
+			})
 		}
 	})
-	p := run(t, pod, "worker-0", nil)
-	waitUntilLeading(t, p)
-	assertReached(t, slices.DeleteFunc(controlPlaneAddresses(), func(a string) bool { return a == dead.addr })...)
 }
 
-// TestOperatorOnControlPlane: scheduled onto a control-plane node, the operator talks to that node's kube-apiserver.
-func TestOperatorOnControlPlane(t *testing.T) {
-	pod := ciliumchart.DeploymentPod(installCilium(t))
-	pod.Spec.NodeName = "cp-1"
-	pod = admitted(t, pod)
-	p := run(t, pod, "cp-1", nil)
-	waitUntilLeading(t, p)
-	stayAfterSync(t, p)
-	assertReached(t, "127.0.0.1:443")
+// TestOperator: the operator connects, verifies Gardener's certificate and leads: on a control-plane node through its
+// own kube-apiserver, elsewhere through the control-plane nodes' kube-apiservers under the server name, failing over
+// from a dead one, and from the template alone through the endpoints ConfigMap's kubeconfig and URLs. It stays there
+// after it has synced.
+func TestOperator(t *testing.T) {
+	forEachPlacement(t, func(inst *installation, node string, controlPlane bool) *corev1.Pod {
+		pod := ciliumchart.DeploymentPod(inst.operator)
+		if controlPlane {
+			pod.Spec.NodeName = node
+		}
+		return pod
+	}, func(t *testing.T, inst *installation, pod *corev1.Pod, p placement) {
+		process := run(t, inst, pod, operatorContainer, p.node, nil)
+		waitUntilLeading(t, process)
+		stayAfterSync(t, process)
+		assertReached(t, p.allowed...)
+	})
 }
 
-// TestOperatorFromTemplate: a pod created from the admitted template while the webhook is unreachable uses the
-// endpoints ConfigMap's kubeconfig and rotates over the control-plane URLs.
-func TestOperatorFromTemplate(t *testing.T) {
-	pod := ciliumchart.DeploymentPod(installCilium(t))
-	pod.Name = "cilium-operator-unadmitted"
-	p := run(t, pod, "worker-1", nil)
-	waitUntilLeading(t, p)
-	stayAfterSync(t, p)
-	assertReached(t, controlPlaneAddresses()...)
+// TestAgentConfig: the agent's `config` init container, `cilium-dbg build-config`, reads `cilium-config` through
+// kube-apiserver and writes the agent's configuration, over the same paths as the operator.
+func TestAgentConfig(t *testing.T) {
+	forEachPlacement(t, func(inst *installation, node string, _ bool) *corev1.Pod {
+		return ciliumchart.DaemonSetPod(inst.agent, node)
+	}, func(t *testing.T, inst *installation, pod *corev1.Pod, p placement) {
+		process := run(t, inst, pod, configContainer, p.node, nil)
+		select {
+		case <-process.Stopped():
+		case <-time.After(time.Minute):
+			t.Fatal("build-config did not finish within a minute")
+		}
+		if process.Err() != nil {
+			t.Fatalf("build-config failed: %v", process.Err())
+		}
+		dest, ok := process.HostPath(buildConfigDest(t, pod))
+		if !ok {
+			t.Fatal("build-config's destination is in no volume")
+		}
+		for key, want := range inst.configMaps[cilium.ConfigMapName] {
+			if got, err := os.ReadFile(filepath.Join(dest, key)); err != nil || string(got) != want {
+				t.Errorf("%s: %q (%v), want %q from cilium-config", key, got, err, want)
+			}
+		}
+		assertReached(t, p.allowed...)
+	})
+}
+
+// buildConfigDest is where the config container writes: its --dest, or build-config's default.
+func buildConfigDest(t *testing.T, pod *corev1.Pod) string {
+	t.Helper()
+	for _, c := range pod.Spec.InitContainers {
+		if c.Name != configContainer {
+			continue
+		}
+		for _, arg := range slices.Concat(c.Command, c.Args) {
+			if dest, ok := strings.CutPrefix(arg, "--dest="); ok {
+				return dest
+			}
+		}
+		return "/tmp/cilium/config-map"
+	}
+	t.Fatal("no config container")
+	return ""
 }
 
 // TestBareInternalIPsFailVerification: what the webhook gave pods off the control plane before, the control-plane
 // InternalIPs as host and URLs, fails TLS verification against Gardener's certificate, which holds no node IP.
 func TestBareInternalIPsFailVerification(t *testing.T) {
-	pod := ciliumchart.DeploymentPod(installCilium(t))
+	inst := install(t, "networking-cilium")
+	pod := ciliumchart.DeploymentPod(inst.operator)
 	pod.Name = "cilium-operator-bare-ips"
 	var urls []string
 	for _, ip := range controlPlaneIPs {
 		urls = append(urls, apiserverendpoints.URL(ip))
 	}
-	run(t, pod, "worker-1", map[string]string{
+	run(t, inst, pod, operatorContainer, "worker-1", map[string]string{
 		cilium.EnvServiceHost: controlPlaneIPs[0], cilium.EnvAPIServerURLs: strings.Join(urls, ","), cilium.EnvKubeconfigPath: "",
 	})
 	// Cilium logs only that it rotates: every handshake fails and it dials the next URL at once.
 	if err := testenv.WaitFor(context.Background(), time.Minute, func(context.Context) (bool, error) {
 		n := 0
-		for _, addr := range controlPlaneAddresses() {
-			n += endpoints[addr].count()
+		for _, addr := range sandbox.ControlPlaneAddresses() {
+			n += sandbox.Reached()[addr]
 		}
 		return n >= 20, fmt.Errorf("%d connections", n)
 	}); err != nil {
 		t.Errorf("the operator did not keep rotating over the control-plane addresses: %v", err)
 	}
 	lease := &coordinationv1.Lease{}
-	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: cilium.Namespace, Name: "cilium-operator-resource-lock"}, lease); !apierrors.IsNotFound(err) {
+	if err := envtest.Client.Get(context.Background(), client.ObjectKey{Namespace: cilium.Namespace, Name: "cilium-operator-resource-lock"}, lease); !apierrors.IsNotFound(err) {
 		t.Errorf("the operator with bare IPs got a lease: %v %+v", err, lease.Spec.HolderIdentity)
 	}
 	// Why: Go verifies an IP host against the certificate's IP SANs, as Cilium's client does for a bare-IP URL.
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(testenv.GardenerCertificates.CA.CertificatePEM)
-	apiServer, _ := urlHost(env.Config.Host)
+	apiServer, _ := urlHost(envtest.Config.Host)
 	conn, err := tls.Dial("tcp", apiServer, &tls.Config{RootCAs: roots, ServerName: controlPlaneIPs[0]})
 	if err == nil {
 		conn.Close()

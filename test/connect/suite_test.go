@@ -1,14 +1,7 @@
-// Package connect starts Cilium's real operator exactly as the pods the webhook admitted would run it, against a
-// kube-apiserver that serves a certificate generated as Gardener generates it for a self-hosted shoot (no node IP),
-// and checks which kube-apiserver address it reaches and that the certificate verifies.
-//
-// The operator runs in a network namespace of the test's own with only a loopback interface, which stands for the
-// node: 127.0.0.2-127.0.0.4 are the control-plane nodes' InternalIPs (each a proxy to the test's kube-apiserver that
-// can be switched off), 127.0.0.1:443 is the local kube-apiserver of a control-plane node, and the `kubernetes`
-// ClusterIP and the exposure VIP (which the external name resolves to) are traps that count who dials them. Nothing it
-// dials leaves the namespace. Each run gets a private mount namespace with what kubelet would give the container: the
-// service-account token and CA, /etc/hosts with the pod's hostAliases, `cilium-config` as config directory and the
-// endpoints ConfigMap's kubeconfig.
+// Package connect starts Cilium's real operator and the agent's `cilium-dbg build-config` exactly as the pods the
+// webhook admitted would run them (test/podrun), against a kube-apiserver that serves a certificate generated as
+// Gardener generates it for a self-hosted shoot (no node IP), and checks which kube-apiserver address each reaches and
+// that the certificate verifies.
 package connect
 
 import (
@@ -23,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
 )
 
@@ -39,10 +33,8 @@ const (
 var controlPlaneIPs = []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"}
 
 var (
-	env *testenv.Env
-	ns  *netns
-	// endpoints are the addresses inside the namespace, by address:port.
-	endpoints = map[string]*endpoint{}
+	envtest *testenv.Env
+	sandbox *podrun.Sandbox
 )
 
 func TestMain(m *testing.M) {
@@ -60,7 +52,7 @@ func TestMain(m *testing.M) {
 }
 
 func setup(ctx context.Context, e *testenv.Env) (func(), error) {
-	env = e
+	envtest = e
 	// The fixture's nodes, with loopback InternalIPs that the namespace serves.
 	for i, ip := range controlPlaneIPs {
 		if err := setInternalIP(ctx, "cp-"+strconv.Itoa(i), ip); err != nil {
@@ -73,38 +65,24 @@ func setup(ctx context.Context, e *testenv.Env) (func(), error) {
 		}
 	}
 
-	apiServer, err := urlHost(env.Config.Host)
+	apiServer, err := urlHost(envtest.Config.Host)
 	if err != nil {
 		return nil, err
 	}
-	if ns, err = newNetns("cilium-connect-"+strconv.Itoa(os.Getpid()), clusterIP+"/32", vip+"/32"); err != nil {
+	if sandbox, err = podrun.NewSandbox(podrun.Network{
+		Name: "cilium-connect-" + strconv.Itoa(os.Getpid()), APIServer: apiServer, ControlPlaneIPs: controlPlaneIPs,
+		ClusterIP: clusterIP, VIP: vip, ExternalName: externalName,
+	}); err != nil {
 		return nil, err
 	}
-	addresses := map[string]string{"127.0.0.1:443": apiServer, clusterIP + ":443": "", vip + ":443": ""}
-	for _, ip := range controlPlaneIPs {
-		addresses[ip+":443"] = apiServer
-	}
-	for addr, forward := range addresses {
-		ep := &endpoint{addr: addr, forward: forward, ns: ns}
-		if err := ep.start(); err != nil {
-			ns.delete()
-			return nil, fmt.Errorf("listening on %s in the namespace: %w", addr, err)
-		}
-		endpoints[addr] = ep
-	}
-	return func() {
-		for _, ep := range endpoints {
-			ep.stop()
-		}
-		ns.delete()
-	}, nil
+	return sandbox.Close, nil
 }
 
 func setInternalIP(ctx context.Context, name, ip string) error {
 	node := &corev1.Node{}
-	if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+	if err := envtest.Client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
 		return err
 	}
 	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}, {Type: corev1.NodeHostName, Address: name}}
-	return env.Client.Status().Update(ctx, node)
+	return envtest.Client.Status().Update(ctx, node)
 }

@@ -91,21 +91,21 @@ func ingressIPs(exp *extensionsv1alpha1.SelfHostedShootExposure) []string {
 
 // TestL2ExposureGetsItsVIPFromLBIPAM: pinned and unpinned VIPs assigned by Cilium's real LB-IPAM reach status.ingress.
 func TestL2ExposureGetsItsVIPFromLBIPAM(t *testing.T) {
-	pinned, took := expose(t, "l2-pinned", header+`"pool":{"cidrs":["192.0.2.0/28"]},"loadBalancerIPs":["192.0.2.10"]}`)
+	pinned, took := expose(t, "l2-pinned", header+`"pool":{"cidrs":["203.0.113.0/28"]},"loadBalancerIPs":["203.0.113.10"]}`)
 	requireSucceeded(t, pinned)
 	t.Logf("pinned L2 exposure Succeeded %s after creation", took.Round(time.Millisecond))
-	if got := ingressIPs(pinned); !slices.Equal(got, []string{"192.0.2.10"}) {
-		t.Errorf("status.ingress %v, want the pinned 192.0.2.10", got)
+	if got := ingressIPs(pinned); !slices.Equal(got, []string{"203.0.113.10"}) {
+		t.Errorf("status.ingress %v, want the pinned 203.0.113.10", got)
 	}
 
-	unpinned, took := expose(t, "l2-unpinned", header+`"pool":{"ranges":[{"start":"192.0.2.20","stop":"192.0.2.29"}]}}`)
+	unpinned, took := expose(t, "l2-unpinned", header+`"pool":{"ranges":[{"start":"203.0.113.20","stop":"203.0.113.29"}]}}`)
 	requireSucceeded(t, unpinned)
 	t.Logf("unpinned L2 exposure Succeeded %s after creation", took.Round(time.Millisecond))
 	got := ingressIPs(unpinned)
 	if len(got) != 1 {
 		t.Fatalf("status.ingress %v", got)
 	}
-	if ip := netip.MustParseAddr(got[0]); ip.Less(netip.MustParseAddr("192.0.2.20")) || netip.MustParseAddr("192.0.2.29").Less(ip) {
+	if ip := netip.MustParseAddr(got[0]); ip.Less(netip.MustParseAddr("203.0.113.20")) || netip.MustParseAddr("203.0.113.29").Less(ip) {
 		t.Errorf("VIP %s is outside the exposure's range", ip)
 	}
 }
@@ -114,7 +114,7 @@ func TestL2ExposureGetsItsVIPFromLBIPAM(t *testing.T) {
 // exposure's ASN and peers, and the advertisement selects the exposure's Service.
 func TestBGPExposure(t *testing.T) {
 	ctx := context.Background()
-	exp, took := expose(t, "bgp", header+`"announcement":"BGP","pool":{"cidrs":["192.0.2.64/28"]},"loadBalancerIPs":["192.0.2.65"],`+
+	exp, took := expose(t, "bgp", header+`"announcement":"BGP","pool":{"cidrs":["203.0.113.64/28"]},"loadBalancerIPs":["203.0.113.65"],`+
 		`"bgp":{"localASN":64512,"peers":[{"name":"tor-a","address":"10.0.0.1","asn":64500},{"name":"tor-b","address":"10.0.0.2","asn":64501}]}}`)
 	requireSucceeded(t, exp)
 	t.Logf("BGP exposure Succeeded %s after creation", took.Round(time.Millisecond))
@@ -163,7 +163,7 @@ func TestBGPExposure(t *testing.T) {
 	if !labels.SelectorFromSet(sel.MatchLabels).Matches(labels.Set(svc.Labels)) {
 		t.Errorf("the advertisement's selector %v does not select Service %s (%v)", sel.MatchLabels, svc.Name, svc.Labels)
 	}
-	if got := ingressIPs(exp); !slices.Equal(got, []string{"192.0.2.65"}) {
+	if got := ingressIPs(exp); !slices.Equal(got, []string{"203.0.113.65"}) {
 		t.Errorf("status.ingress %v", got)
 	}
 }
@@ -174,7 +174,7 @@ func TestPoolConflict(t *testing.T) {
 	ctx := context.Background()
 	userPool := &ciliumv2.CiliumLoadBalancerIPPool{
 		ObjectMeta: metav1.ObjectMeta{Name: "user-pool"},
-		Spec:       ciliumv2.CiliumLoadBalancerIPPoolSpec{Blocks: []ciliumv2.CiliumLoadBalancerIPPoolIPBlock{{Cidr: "192.0.2.96/28"}}},
+		Spec:       ciliumv2.CiliumLoadBalancerIPPoolSpec{Blocks: []ciliumv2.CiliumLoadBalancerIPPoolIPBlock{{Cidr: "203.0.113.96/28"}}},
 	}
 	if err := env.Client.Create(ctx, userPool); err != nil {
 		t.Fatal(err)
@@ -183,7 +183,7 @@ func TestPoolConflict(t *testing.T) {
 	// LB-IPAM orders pools by creation; make sure ours is the younger one.
 	time.Sleep(1100 * time.Millisecond)
 
-	exp, _ := expose(t, "conflict", header+`"pool":{"cidrs":["192.0.2.96/28"]}}`)
+	exp, _ := expose(t, "conflict", header+`"pool":{"cidrs":["203.0.113.96/28"]}}`)
 	if exp.Status.LastOperation.State != gardencorev1beta1.LastOperationStateError || exp.Status.LastError == nil ||
 		!strings.Contains(exp.Status.LastError.Description, "conflicts with another pool") && !strings.Contains(exp.Status.LastError.Description, "not in the exposure's pool") {
 		t.Fatalf("last operation %+v, lastError %+v, want Cilium's pool conflict", exp.Status.LastOperation, exp.Status.LastError)
@@ -196,7 +196,7 @@ func TestDualStack(t *testing.T) {
 	setFamilies(t, gardencorev1beta1.IPFamilyIPv4, gardencorev1beta1.IPFamilyIPv6)
 	t.Cleanup(func() { setFamilies(t, gardencorev1beta1.IPFamilyIPv4) })
 
-	exp, took := expose(t, "dual-stack", header+`"pool":{"cidrs":["192.0.2.128/28","2001:db8::/124"]}}`, func(e *extensionsv1alpha1.SelfHostedShootExposure) {
+	exp, took := expose(t, "dual-stack", header+`"pool":{"cidrs":["203.0.113.128/28","2001:db8::/124"]}}`, func(e *extensionsv1alpha1.SelfHostedShootExposure) {
 		for i := range e.Spec.Endpoints {
 			e.Spec.Endpoints[i].Addresses = append(e.Spec.Endpoints[i].Addresses,
 				corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("fd00::1:%d", 10+i)})
@@ -227,7 +227,7 @@ func setFamilies(t *testing.T, families ...gardencorev1beta1.IPFamily) {
 // TestDeleteReleasesTheVIP: after deletion nothing of the exposure is left and a new Service can take its VIP.
 func TestDeleteReleasesTheVIP(t *testing.T) {
 	ctx := context.Background()
-	exp, _ := expose(t, "released", header+`"pool":{"cidrs":["192.0.2.160/28"]},"loadBalancerIPs":["192.0.2.161"]}`)
+	exp, _ := expose(t, "released", header+`"pool":{"cidrs":["203.0.113.160/28"]},"loadBalancerIPs":["203.0.113.161"]}`)
 	requireSucceeded(t, exp)
 	deleteExposure(t, exp)
 
@@ -239,13 +239,13 @@ func TestDeleteReleasesTheVIP(t *testing.T) {
 	pool := &ciliumv2.CiliumLoadBalancerIPPool{
 		ObjectMeta: metav1.ObjectMeta{Name: "reuse"},
 		Spec: ciliumv2.CiliumLoadBalancerIPPoolSpec{
-			Blocks:          []ciliumv2.CiliumLoadBalancerIPPoolIPBlock{{Cidr: "192.0.2.160/28"}},
+			Blocks:          []ciliumv2.CiliumLoadBalancerIPPoolIPBlock{{Cidr: "203.0.113.160/28"}},
 			ServiceSelector: &slimv1.LabelSelector{MatchLabels: map[string]string{"test": "reuse"}},
 		},
 	}
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "reuse", Namespace: "default", Labels: map[string]string{"test": "reuse"},
-			Annotations: map[string]string{resources.AnnotationLoadBalancerIPs: "192.0.2.161"}},
+			Annotations: map[string]string{resources.AnnotationLoadBalancerIPs: "203.0.113.161"}},
 		Spec: corev1.ServiceSpec{
 			Type:              corev1.ServiceTypeLoadBalancer,
 			LoadBalancerClass: new("io.cilium/l2-announcer"),
@@ -263,7 +263,7 @@ func TestDeleteReleasesTheVIP(t *testing.T) {
 			return false, err
 		}
 		in := svc.Status.LoadBalancer.Ingress
-		return len(in) == 1 && in[0].IP == "192.0.2.161", nil
+		return len(in) == 1 && in[0].IP == "203.0.113.161", nil
 	}); err != nil {
 		t.Errorf("the released VIP was not assigned to a new Service: %v (ingress %v)", err, svc.Status.LoadBalancer.Ingress)
 	}

@@ -5,6 +5,7 @@ package helm
 import (
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -17,7 +18,12 @@ import (
 	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/version"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gardener/gardener/pkg/chartrenderer"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/charts"
 )
 
 // kubeVersion is what the charts are rendered for: the envtest kube-apiserver's version.
@@ -74,6 +80,26 @@ func Render(chart *chartv2.Chart, name, namespace string, values map[string]any,
 	if err != nil {
 		return nil, nil, err
 	}
+	return decode(manifests, scheme)
+}
+
+// RenderAsGardener renders the chart in dir as Gardener's chart renderer (pkg/chartrenderer, the one extensions use
+// for the charts they deploy) does, with its dependency conditions processed, and decodes it as Render does.
+func RenderAsGardener(dir, name, namespace string, values map[string]any, scheme *runtime.Scheme) (objs []client.Object, unknown []string, err error) {
+	archive, err := charts.ArchiveFS(os.DirFS(filepath.Dir(dir)), filepath.Base(dir))
+	if err != nil {
+		return nil, nil, err
+	}
+	renderer := chartrenderer.NewWithServerVersion(&version.Info{GitVersion: kubeVersion.Version, Major: kubeVersion.Major, Minor: kubeVersion.Minor})
+	release, err := renderer.RenderArchive(archive, name, namespace, values)
+	if err != nil {
+		return nil, nil, err
+	}
+	return decode(release.Manifests, scheme)
+}
+
+// decode decodes every manifest that scheme knows, in the given order.
+func decode(manifests []releaseutil.Manifest, scheme *runtime.Scheme) (objs []client.Object, unknown []string, err error) {
 	decoder := serializer.NewCodecFactory(scheme, serializer.EnableStrict).UniversalDeserializer()
 	for _, m := range manifests {
 		for _, doc := range releaseutil.SplitManifests(m.Content) {

@@ -166,56 +166,73 @@ func TestRealChart(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rendered.Envoy == nil {
-				t.Fatal("the chart rendered no Envoy DaemonSet")
-			}
-			a := newAdmitter(t, append(selfHostedShoot(), rendered.Agent)...)
-
-			for _, w := range rendered.Workloads() {
-				mutated, ops := a.admit(w)
-				if ops == 0 {
-					t.Errorf("%s: no patch", w.GetName())
-				}
-				verify(t, w.GetName()+" template", mutated, w, ciliumchart.WantTemplate(version, fixtures.ControlPlaneURLs), nil)
-				if _, again := a.admit(mutated); again != 0 {
-					t.Errorf("%s: the second admission patched again (%d operations)", w.GetName(), again)
-				}
-			}
-
-			config, _ := a.admit(rendered.Config)
-			data := config.(*corev1.ConfigMap).Data
-			if _, ok := data[cilium.FlagAPIServerURLs]; ok {
-				t.Errorf("cilium-config still has %s", cilium.FlagAPIServerURLs)
-			}
-			if len(data) != len(rendered.Config.Data)-countKeys(rendered.Config.Data, cilium.APIServerFlags...) {
-				t.Errorf("cilium-config lost unrelated keys")
-			}
-			if _, again := a.admit(config); again != 0 {
-				t.Errorf("cilium-config: the second admission patched again")
-			}
-
-			// Pods as the controllers create them, from the rendered (not yet mutated) templates: the webhook may
-			// have been unreachable when the template was applied.
-			for _, ds := range []*appsv1.DaemonSet{rendered.Agent, rendered.Envoy} {
-				for node, controlPlane := range map[string]bool{"cp-1": true, "worker-0": false, "unknown-node": false} {
-					pod := ciliumchart.DaemonSetPod(ds, node)
-					mutated, _ := a.admit(pod)
-					verifyPod(t, ds.Name+" pod on "+node, version, mutated, pod, controlPlane)
-					if _, again := a.admit(mutated); again != 0 {
-						t.Errorf("%s pod on %s: the second admission patched again", ds.Name, node)
-					}
-				}
-			}
-			operatorPod := ciliumchart.DeploymentPod(rendered.Operator)
-			mutated, _ := a.admit(operatorPod)
-			verifyPod(t, "operator pod", version, mutated, operatorPod, false)
-
-			scheduled := operatorPod.DeepCopy()
-			scheduled.Spec.NodeName = "cp-2"
-			mutated, _ = a.admit(scheduled)
-			verifyPod(t, "operator pod on cp-2", version, mutated, scheduled, true)
+			testChart(t, rendered)
 		})
 	}
+}
+
+// TestGardenerChart runs the objects of Gardener's networking-cilium chart, rendered as that extension renders it for
+// a self-hosted shoot without kube-proxy, through the webhooks. Its agent has no KUBERNETES_SERVICE_HOST of its own:
+// it would use the one kubelet gives every pod, the `kubernetes` ClusterIP.
+func TestGardenerChart(t *testing.T) {
+	rendered, err := ciliumchart.RenderGardener(ciliumchart.GardenerVersion, ciliumchart.GardenerValues(ciliumchart.GardenerVersion))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testChart(t, rendered)
+}
+
+// testChart admits every workload, pod and cilium-config of a rendered chart and checks what each gets.
+func testChart(t *testing.T, rendered *ciliumchart.Objects) {
+	version := rendered.Version
+	if rendered.Envoy == nil {
+		t.Fatal("the chart rendered no Envoy DaemonSet")
+	}
+	a := newAdmitter(t, append(selfHostedShoot(), rendered.Agent)...)
+
+	for _, w := range rendered.Workloads() {
+		mutated, ops := a.admit(w)
+		if ops == 0 {
+			t.Errorf("%s: no patch", w.GetName())
+		}
+		verify(t, w.GetName()+" template", mutated, w, ciliumchart.WantTemplate(version, fixtures.ControlPlaneURLs), nil)
+		if _, again := a.admit(mutated); again != 0 {
+			t.Errorf("%s: the second admission patched again (%d operations)", w.GetName(), again)
+		}
+	}
+
+	config, _ := a.admit(rendered.Config)
+	data := config.(*corev1.ConfigMap).Data
+	if _, ok := data[cilium.FlagAPIServerURLs]; ok {
+		t.Errorf("cilium-config still has %s", cilium.FlagAPIServerURLs)
+	}
+	if len(data) != len(rendered.Config.Data)-countKeys(rendered.Config.Data, cilium.APIServerFlags...) {
+		t.Errorf("cilium-config lost unrelated keys")
+	}
+	if _, again := a.admit(config); again != 0 {
+		t.Errorf("cilium-config: the second admission patched again")
+	}
+
+	// Pods as the controllers create them, from the rendered (not yet mutated) templates: the webhook may
+	// have been unreachable when the template was applied.
+	for _, ds := range []*appsv1.DaemonSet{rendered.Agent, rendered.Envoy} {
+		for node, controlPlane := range map[string]bool{"cp-1": true, "worker-0": false, "unknown-node": false} {
+			pod := ciliumchart.DaemonSetPod(ds, node)
+			mutated, _ := a.admit(pod)
+			verifyPod(t, ds.Name+" pod on "+node, version, mutated, pod, controlPlane)
+			if _, again := a.admit(mutated); again != 0 {
+				t.Errorf("%s pod on %s: the second admission patched again", ds.Name, node)
+			}
+		}
+	}
+	operatorPod := ciliumchart.DeploymentPod(rendered.Operator)
+	mutated, _ := a.admit(operatorPod)
+	verifyPod(t, "operator pod", version, mutated, operatorPod, false)
+
+	scheduled := operatorPod.DeepCopy()
+	scheduled.Spec.NodeName = "cp-2"
+	mutated, _ = a.admit(scheduled)
+	verifyPod(t, "operator pod on cp-2", version, mutated, scheduled, true)
 }
 
 func countKeys(data map[string]string, keys ...string) int {

@@ -42,7 +42,7 @@ func exposureWith(providerConfig string) *extensionsv1alpha1.SelfHostedShootExpo
 var ipv4 = []gardencorev1beta1.IPFamily{gardencorev1beta1.IPFamilyIPv4}
 
 func TestLoadDefaults(t *testing.T) {
-	cfg, err := Load(exposureWith(""), shoot(ipv4, header+`"pool":{"cidrs":["192.0.2.10/32"]}}`))
+	cfg, err := Load(exposureWith(""), shoot(ipv4, header+`"pool":{"cidrs":["203.0.113.10/32"]}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,12 +55,12 @@ func TestLoadDefaults(t *testing.T) {
 }
 
 func TestLoadPrefersTheExposuresProviderConfig(t *testing.T) {
-	cfg, err := Load(exposureWith(header+`"announcement":"BGP","pool":{"cidrs":["192.0.2.0/28"]},"bgp":{"clusterConfigName":"dc"}}`),
+	cfg, err := Load(exposureWith(header+`"announcement":"BGP","pool":{"cidrs":["203.0.113.0/28"]},"bgp":{"clusterConfigName":"dc"}}`),
 		shoot(ipv4, header+`"pool":{"cidrs":["198.51.100.0/28"]}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Announcement != exposure.AnnouncementBGP || cfg.Pool.CIDRs[0] != "192.0.2.0/28" {
+	if cfg.Announcement != exposure.AnnouncementBGP || cfg.Pool.CIDRs[0] != "203.0.113.0/28" {
 		t.Errorf("loaded %+v, want the exposure's own providerConfig", cfg)
 	}
 }
@@ -73,25 +73,25 @@ func TestLoadErrorsNameTheField(t *testing.T) {
 		want                        string
 	}{
 		"none":                 {"", "", ipv4, "shoot.spec.provider.workers[1].controlPlane.exposure.extension.providerConfig: Required"},
-		"unknown field":        {header + `"pool":{"cidrs":["192.0.2.10/32"]},"pools":[]}`, "", ipv4, `spec.providerConfig: decoding providerConfig: strict decoding error: unknown field "pools"`},
-		"no kind":              {`{"pool":{"cidrs":["192.0.2.10/32"]}}`, "", ipv4, "spec.providerConfig: decoding providerConfig"},
+		"unknown field":        {header + `"pool":{"cidrs":["203.0.113.10/32"]},"pools":[]}`, "", ipv4, `spec.providerConfig: decoding providerConfig: strict decoding error: unknown field "pools"`},
+		"no kind":              {`{"pool":{"cidrs":["203.0.113.10/32"]}}`, "", ipv4, "spec.providerConfig: decoding providerConfig"},
 		"malformed":            {header + `"pool":`, "", ipv4, "spec.providerConfig: decoding providerConfig"},
-		"unknown announcement": {header + `"announcement":"ARP","pool":{"cidrs":["192.0.2.10/32"]}}`, "", ipv4, `spec.providerConfig.announcement: Unsupported value: "ARP"`},
+		"unknown announcement": {header + `"announcement":"ARP","pool":{"cidrs":["203.0.113.10/32"]}}`, "", ipv4, `spec.providerConfig.announcement: Unsupported value: "ARP"`},
 		"empty pool":           {header + `"pool":{}}`, "", ipv4, "spec.providerConfig.pool: Required"},
-		"invalid CIDR":         {header + `"pool":{"cidrs":["192.0.2.300/32"]}}`, "", ipv4, "spec.providerConfig.pool.cidrs[0]: Invalid value"},
-		"host bits":            {header + `"pool":{"cidrs":["192.0.2.1/24"]}}`, "", ipv4, "did you mean 192.0.2.0/24"},
-		"range backwards":      {header + `"pool":{"ranges":[{"start":"192.0.2.20","stop":"192.0.2.10"}]}}`, "", ipv4, "spec.providerConfig.pool.ranges[0]"},
-		"range mixed":          {header + `"pool":{"ranges":[{"start":"192.0.2.20","stop":"2001:db8::1"}]}}`, "", ipv4, "different IP families"},
-		"pinned outside pool":  {header + `"pool":{"cidrs":["192.0.2.0/28"]},"loadBalancerIPs":["192.0.2.100"]}`, "", ipv4, "spec.providerConfig.loadBalancerIPs[0]: Invalid value: \"192.0.2.100\": not in the pool"},
-		"pinned twice":         {header + `"pool":{"cidrs":["192.0.2.0/28"]},"loadBalancerIPs":["192.0.2.1","192.0.2.2"]}`, "", ipv4, "spec.providerConfig.loadBalancerIPs[1]: Duplicate"},
-		"no IPv6 in pool":      {header + `"pool":{"cidrs":["192.0.2.0/28"]}}`, "", []gardencorev1beta1.IPFamily{"IPv4", "IPv6"}, "the pool has no IPv6 address"},
-		"BGP without section":  {header + `"announcement":"BGP","pool":{"cidrs":["192.0.2.0/28"]}}`, "", ipv4, "spec.providerConfig.bgp: Required"},
-		"BGP without ASN":      {header + `"announcement":"BGP","pool":{"cidrs":["192.0.2.0/28"]},"bgp":{"peers":[` + bgpPeer + `]}}`, "", ipv4, "spec.providerConfig.bgp.localASN: Required"},
-		"BGP without peers":    {header + `"announcement":"BGP","pool":{"cidrs":["192.0.2.0/28"]},"bgp":{"localASN":64512}}`, "", ipv4, "spec.providerConfig.bgp.peers: Required"},
-		"BGP bad peer":         {header + `"announcement":"BGP","pool":{"cidrs":["192.0.2.0/28"]},"bgp":{"localASN":64512,"peers":[{"name":"Tor","address":"x","asn":-1,"holdTimeSeconds":2}]}}`, "", ipv4, "spec.providerConfig.bgp.peers[0].address"},
-		"BGP bad community":    {header + `"announcement":"BGP","pool":{"cidrs":["192.0.2.0/28"]},"bgp":{"clusterConfigName":"dc","communities":{"standard":["70000:1"]}}}`, "", ipv4, "spec.providerConfig.bgp.communities.standard[0]"},
-		"L2 bad regex":         {header + `"pool":{"cidrs":["192.0.2.0/28"]},"l2":{"interfaces":["eth("]}}`, "", ipv4, "spec.providerConfig.l2.interfaces[0]"},
-		"L2 lease order":       {header + `"pool":{"cidrs":["192.0.2.0/28"]},"l2":{"leaseDuration":"2s","leaseRenewDeadline":"3s"}}`, "", ipv4, "spec.providerConfig.l2.leaseRenewDeadline"},
+		"invalid CIDR":         {header + `"pool":{"cidrs":["203.0.113.300/32"]}}`, "", ipv4, "spec.providerConfig.pool.cidrs[0]: Invalid value"},
+		"host bits":            {header + `"pool":{"cidrs":["203.0.113.1/24"]}}`, "", ipv4, "did you mean 203.0.113.0/24"},
+		"range backwards":      {header + `"pool":{"ranges":[{"start":"203.0.113.20","stop":"203.0.113.10"}]}}`, "", ipv4, "spec.providerConfig.pool.ranges[0]"},
+		"range mixed":          {header + `"pool":{"ranges":[{"start":"203.0.113.20","stop":"2001:db8::1"}]}}`, "", ipv4, "different IP families"},
+		"pinned outside pool":  {header + `"pool":{"cidrs":["203.0.113.0/28"]},"loadBalancerIPs":["203.0.113.100"]}`, "", ipv4, "spec.providerConfig.loadBalancerIPs[0]: Invalid value: \"203.0.113.100\": not in the pool"},
+		"pinned twice":         {header + `"pool":{"cidrs":["203.0.113.0/28"]},"loadBalancerIPs":["203.0.113.1","203.0.113.2"]}`, "", ipv4, "spec.providerConfig.loadBalancerIPs[1]: Duplicate"},
+		"no IPv6 in pool":      {header + `"pool":{"cidrs":["203.0.113.0/28"]}}`, "", []gardencorev1beta1.IPFamily{"IPv4", "IPv6"}, "the pool has no IPv6 address"},
+		"BGP without section":  {header + `"announcement":"BGP","pool":{"cidrs":["203.0.113.0/28"]}}`, "", ipv4, "spec.providerConfig.bgp: Required"},
+		"BGP without ASN":      {header + `"announcement":"BGP","pool":{"cidrs":["203.0.113.0/28"]},"bgp":{"peers":[` + bgpPeer + `]}}`, "", ipv4, "spec.providerConfig.bgp.localASN: Required"},
+		"BGP without peers":    {header + `"announcement":"BGP","pool":{"cidrs":["203.0.113.0/28"]},"bgp":{"localASN":64512}}`, "", ipv4, "spec.providerConfig.bgp.peers: Required"},
+		"BGP bad peer":         {header + `"announcement":"BGP","pool":{"cidrs":["203.0.113.0/28"]},"bgp":{"localASN":64512,"peers":[{"name":"Tor","address":"x","asn":-1,"holdTimeSeconds":2}]}}`, "", ipv4, "spec.providerConfig.bgp.peers[0].address"},
+		"BGP bad community":    {header + `"announcement":"BGP","pool":{"cidrs":["203.0.113.0/28"]},"bgp":{"clusterConfigName":"dc","communities":{"standard":["70000:1"]}}}`, "", ipv4, "spec.providerConfig.bgp.communities.standard[0]"},
+		"L2 bad regex":         {header + `"pool":{"cidrs":["203.0.113.0/28"]},"l2":{"interfaces":["eth("]}}`, "", ipv4, "spec.providerConfig.l2.interfaces[0]"},
+		"L2 lease order":       {header + `"pool":{"cidrs":["203.0.113.0/28"]},"l2":{"leaseDuration":"2s","leaseRenewDeadline":"3s"}}`, "", ipv4, "spec.providerConfig.l2.leaseRenewDeadline"},
 		"from the shoot":       {"", header + `"pool":{"cidrs":["bad"]}}`, ipv4, "shoot.spec.provider.workers[1].controlPlane.exposure.extension.providerConfig.pool.cidrs[0]"},
 	} {
 		_, err := Load(exposureWith(tc.exposureConfig), shoot(tc.families, tc.shootConfig))

@@ -31,7 +31,7 @@ func FuzzLoad(f *testing.F) {
 		}
 		f.Add(js, uint8(0))
 	}
-	f.Add([]byte(header+`"pool":{"cidrs":["192.0.2.0/28","2001:db8::/120"]},"loadBalancerIPs":["192.0.2.1"]}`), uint8(2))
+	f.Add([]byte(header+`"pool":{"cidrs":["203.0.113.0/28","2001:db8::/120"]},"loadBalancerIPs":["203.0.113.1"]}`), uint8(2))
 
 	families := [][]gardencorev1beta1.IPFamily{{"IPv4"}, {"IPv6"}, {"IPv4", "IPv6"}}
 	var endpoints []extensionsv1alpha1.ControlPlaneEndpoint

@@ -38,8 +38,8 @@ var dualStackEndpoints = []extensionsv1alpha1.ControlPlaneEndpoint{
 }
 
 func TestBuildIPv4L2(t *testing.T) {
-	cfg := l2Config("192.0.2.10/32")
-	cfg.LoadBalancerIPs = []string{"192.0.2.10"}
+	cfg := l2Config("203.0.113.10/32")
+	cfg.LoadBalancerIPs = []string{"203.0.113.10"}
 	cfg.L2 = &exposure.L2{Interfaces: []string{"^eth[0-9]+"}}
 	objs, err := Build(input([]validation.Family{validation.IPv4}, cfg, dualStackEndpoints...))
 	if err != nil {
@@ -62,7 +62,7 @@ func TestBuildIPv4L2(t *testing.T) {
 	if p := svc.Spec.Ports; len(p) != 1 || p[0].Name != "https" || p[0].Port != 443 || p[0].TargetPort.IntVal != 443 {
 		t.Errorf("ports %+v", p)
 	}
-	if svc.Annotations[AnnotationLoadBalancerIPs] != "192.0.2.10" {
+	if svc.Annotations[AnnotationLoadBalancerIPs] != "203.0.113.10" {
 		t.Errorf("annotations %v", svc.Annotations)
 	}
 	if len(svc.Status.LoadBalancer.Ingress) != 0 {
@@ -90,7 +90,7 @@ func TestBuildIPv4L2(t *testing.T) {
 		t.Errorf("endpoints %v, want %v (InternalIPs only, sorted)", got, want)
 	}
 
-	if objs.Pool.Spec.Blocks[0].Cidr != "192.0.2.10/32" || objs.Pool.Namespace != "" {
+	if objs.Pool.Spec.Blocks[0].Cidr != "203.0.113.10/32" || objs.Pool.Namespace != "" {
 		t.Errorf("pool %+v", objs.Pool.Spec)
 	}
 	if sel := objs.Pool.Spec.ServiceSelector.MatchLabels; sel[LabelExposureName] != "bare-metal" || sel[LabelExposureNamespace] != "kube-system" {
@@ -141,8 +141,8 @@ func TestBuildIPv6(t *testing.T) {
 func TestBuildDualStackBGP(t *testing.T) {
 	cfg := &exposure.ExposureConfig{
 		Announcement:    exposure.AnnouncementBGP,
-		Pool:            exposure.Pool{CIDRs: []string{"192.0.2.0/28"}, Ranges: []exposure.IPRange{{Start: "2001:db8::10", Stop: "2001:db8::20"}}},
-		LoadBalancerIPs: []string{"192.0.2.1", "2001:db8::10"},
+		Pool:            exposure.Pool{CIDRs: []string{"203.0.113.0/28"}, Ranges: []exposure.IPRange{{Start: "2001:db8::10", Stop: "2001:db8::20"}}},
+		LoadBalancerIPs: []string{"203.0.113.1", "2001:db8::10"},
 		BGP: &exposure.BGP{
 			LocalASN:    new(int64(64512)),
 			Communities: &exposure.BGPCommunities{Standard: []string{"64512:100"}, WellKnown: []string{"no-export"}},
@@ -162,7 +162,7 @@ func TestBuildDualStackBGP(t *testing.T) {
 		!slices.Equal(svc.Spec.IPFamilies, []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}) {
 		t.Errorf("service %+v", svc.Spec)
 	}
-	if svc.Annotations[AnnotationLoadBalancerIPs] != "192.0.2.1,2001:db8::10" {
+	if svc.Annotations[AnnotationLoadBalancerIPs] != "203.0.113.1,2001:db8::10" {
 		t.Errorf("pinned %v", svc.Annotations)
 	}
 	if len(objs.EndpointSlices) != 2 || objs.EndpointSlices[0].AddressType != "IPv4" || objs.EndpointSlices[1].AddressType != "IPv6" {
@@ -227,7 +227,7 @@ func TestBuildDualStackBGP(t *testing.T) {
 func TestBuildBGPReusingClusterConfig(t *testing.T) {
 	cfg := &exposure.ExposureConfig{
 		Announcement: exposure.AnnouncementBGP,
-		Pool:         exposure.Pool{CIDRs: []string{"192.0.2.0/28"}},
+		Pool:         exposure.Pool{CIDRs: []string{"203.0.113.0/28"}},
 		BGP:          &exposure.BGP{ClusterConfigName: new("datacenter"), AdvertisementLabels: map[string]string{"advertise": "kube-apiserver"}},
 	}
 	objs, err := Build(input([]validation.Family{validation.IPv4}, cfg, dualStackEndpoints...))
@@ -243,7 +243,7 @@ func TestBuildBGPReusingClusterConfig(t *testing.T) {
 }
 
 func TestBuildCustomNodeSelector(t *testing.T) {
-	cfg := l2Config("192.0.2.10/32")
+	cfg := l2Config("203.0.113.10/32")
 	cfg.L2.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"rack": "a"}}
 	objs, err := Build(input([]validation.Family{validation.IPv4}, cfg, dualStackEndpoints...))
 	if err != nil {
@@ -260,7 +260,7 @@ func TestBuildSplitsEndpointSlices(t *testing.T) {
 		for i := range n {
 			endpoints = append(endpoints, endpoint(fmt.Sprintf("cp-%d", i), internal(fmt.Sprintf("10.%d.%d.%d", i/65536, i/256%256, i%256))))
 		}
-		objs, err := Build(input([]validation.Family{validation.IPv4}, l2Config("192.0.2.10/32"), endpoints...))
+		objs, err := Build(input([]validation.Family{validation.IPv4}, l2Config("203.0.113.10/32"), endpoints...))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -290,12 +290,12 @@ func TestBuildRejectsBadEndpoints(t *testing.T) {
 		in   Input
 		want string
 	}{
-		"no endpoints":         {input([]validation.Family{validation.IPv4}, l2Config("192.0.2.10/32")), "spec.endpoints: Required"},
-		"hostname only":        {input([]validation.Family{validation.IPv4}, l2Config("192.0.2.10/32"), dualStackEndpoints[0], hostnameOnly), "spec.endpoints[1].addresses"},
-		"IPv6-only on IPv4":    {input([]validation.Family{validation.IPv4}, l2Config("192.0.2.10/32"), ipv6Only), "spec.endpoints[0].addresses"},
-		"no IPv6 on dualstack": {input([]validation.Family{validation.IPv4, validation.IPv6}, l2Config("192.0.2.10/32", "2001:db8::/120"), endpoint("cp-4", internal("10.0.0.4"))), "no endpoint has an IPv6 InternalIP"},
+		"no endpoints":         {input([]validation.Family{validation.IPv4}, l2Config("203.0.113.10/32")), "spec.endpoints: Required"},
+		"hostname only":        {input([]validation.Family{validation.IPv4}, l2Config("203.0.113.10/32"), dualStackEndpoints[0], hostnameOnly), "spec.endpoints[1].addresses"},
+		"IPv6-only on IPv4":    {input([]validation.Family{validation.IPv4}, l2Config("203.0.113.10/32"), ipv6Only), "spec.endpoints[0].addresses"},
+		"no IPv6 on dualstack": {input([]validation.Family{validation.IPv4, validation.IPv6}, l2Config("203.0.113.10/32", "2001:db8::/120"), endpoint("cp-4", internal("10.0.0.4"))), "no endpoint has an IPv6 InternalIP"},
 		"port out of range": {func() Input {
-			in := input([]validation.Family{validation.IPv4}, l2Config("192.0.2.10/32"), dualStackEndpoints...)
+			in := input([]validation.Family{validation.IPv4}, l2Config("203.0.113.10/32"), dualStackEndpoints...)
 			in.Port = 70000
 			return in
 		}(), "spec.port"},

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -145,17 +146,45 @@ func renderWhenMutating(t *testing.T) *ciliumchart.Objects {
 	return rendered
 }
 
-// TestCiliumIsPinned creates the objects of Cilium's chart and their pods through the API server and reads them back.
-func TestCiliumIsPinned(t *testing.T) {
-	ctx := context.Background()
-	rendered := renderWhenMutating(t)
+var (
+	installMu sync.Mutex
+	installed *ciliumchart.Objects
+)
 
+// installChart creates the objects of Cilium's chart through the API server once the webhook mutates, once for all
+// tests that need them, and returns them as rendered.
+func installChart(t *testing.T) *ciliumchart.Objects {
+	t.Helper()
+	installMu.Lock()
+	defer installMu.Unlock()
+	if installed != nil {
+		return installed
+	}
+	rendered := renderWhenMutating(t)
 	for _, obj := range rendered.All {
 		created := obj.DeepCopyObject().(client.Object)
-		if err := env.Client.Create(ctx, created); err != nil {
+		if err := env.Client.Create(context.Background(), created); err != nil {
 			t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
 		}
 	}
+	installed = rendered
+	return installed
+}
+
+// storedAgent is the agent DaemonSet of installChart as kube-apiserver stores it.
+func storedAgent(t *testing.T) *appsv1.DaemonSet {
+	t.Helper()
+	agent := installChart(t).Agent.DeepCopy()
+	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(agent), agent); err != nil {
+		t.Fatal(err)
+	}
+	return agent
+}
+
+// TestCiliumIsPinned creates the objects of Cilium's chart and their pods through the API server and reads them back.
+func TestCiliumIsPinned(t *testing.T) {
+	ctx := context.Background()
+	rendered := installChart(t)
 
 	cms := endpoints(t)
 	for _, w := range rendered.Workloads() {
@@ -181,17 +210,14 @@ func TestCiliumIsPinned(t *testing.T) {
 
 	// Pods as the controllers create them, from the stored (mutated) templates and from the rendered ones, as when
 	// the webhook was unreachable while the template was applied.
-	storedAgent := &appsv1.DaemonSet{}
-	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(rendered.Agent), storedAgent); err != nil {
-		t.Fatal(err)
-	}
+	stored := storedAgent(t)
 	for _, tc := range []struct {
 		name         string
 		pod          *corev1.Pod
 		controlPlane bool
 	}{
-		{"agent on cp-1", ciliumchart.DaemonSetPod(storedAgent, "cp-1"), true},
-		{"agent on worker-0", ciliumchart.DaemonSetPod(storedAgent, "worker-0"), false},
+		{"agent on cp-1", ciliumchart.DaemonSetPod(stored, "cp-1"), true},
+		{"agent on worker-0", ciliumchart.DaemonSetPod(stored, "worker-0"), false},
 		{"agent from the rendered template on cp-2", ciliumchart.DaemonSetPod(rendered.Agent, "cp-2"), true},
 		{"agent from the rendered template on worker-1", ciliumchart.DaemonSetPod(rendered.Agent, "worker-1"), false},
 		{"envoy on cp-0", ciliumchart.DaemonSetPod(rendered.Envoy, "cp-0"), true},
@@ -290,10 +316,7 @@ func TestNotSelfHosted(t *testing.T) {
 // as they are, so no agent restarts.
 func TestControlPlaneMembership(t *testing.T) {
 	ctx := context.Background()
-	agent := &appsv1.DaemonSet{}
-	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: cilium.Namespace, Name: "cilium"}, agent); err != nil {
-		t.Fatalf("the agent DaemonSet of TestCiliumIsPinned: %v", err)
-	}
+	agent := storedAgent(t)
 
 	newNode := fixtures.Node("cp-3", "10.0.1.13", true)
 	if err := env.CreateNode(ctx, newNode); err != nil {
@@ -395,10 +418,7 @@ func TestWebhookServesTLS12AndNewerOnly(t *testing.T) {
 // mutated template, still avoid the external name; once it is back, the next admission pins the pod again.
 func TestWebhookDown(t *testing.T) {
 	ctx := context.Background()
-	agent := &appsv1.DaemonSet{}
-	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: cilium.Namespace, Name: "cilium"}, agent); err != nil {
-		t.Fatalf("the agent DaemonSet of TestCiliumIsPinned: %v", err)
-	}
+	agent := storedAgent(t)
 	env.StopExtension(ctx, false)
 	restarted := false
 	defer func() {

@@ -192,7 +192,7 @@ func TestBadProviderConfig(t *testing.T) {
 	ctx := context.Background()
 	createCiliumConfig(t)
 	exp := fixtures.Exposure("bad-config", fixtures.Nodes())
-	exp.Spec.ProviderConfig = &runtime.RawExtension{Raw: []byte(strings.Replace(fixtures.ExposureConfigL2, `"loadBalancerIPs":["192.0.2.10"]`, `"loadBalancerIPs":["198.51.100.1"]`, 1))}
+	exp.Spec.ProviderConfig = &runtime.RawExtension{Raw: []byte(strings.Replace(fixtures.ExposureConfigL2, `"loadBalancerIPs":["203.0.113.10"]`, `"loadBalancerIPs":["198.51.100.1"]`, 1))}
 	if err := env.Client.Create(ctx, exp); err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +238,7 @@ func TestDeletionTouchesOnlyItsOwnObjects(t *testing.T) {
 
 	alpha := fixtures.Exposure("alpha", fixtures.Nodes())
 	alpha.Spec.ProviderConfig = &runtime.RawExtension{Raw: []byte(fixtures.ExposureConfigL2)}
-	beta := exposureInPool("beta", "192.0.2.16/28", "192.0.2.20")
+	beta := exposureInPool("beta", "203.0.113.16/28", "203.0.113.20")
 	for _, exp := range []*extensionsv1alpha1.SelfHostedShootExposure{alpha, beta} {
 		if err := env.Client.Create(ctx, exp); err != nil {
 			t.Fatal(err)
@@ -277,7 +277,7 @@ func TestDeletionTouchesOnlyItsOwnObjects(t *testing.T) {
 func TestConflictingWriters(t *testing.T) {
 	ctx := context.Background()
 	createCiliumConfig(t)
-	exp := createInPool(t, "conflicts", "192.0.2.48/28", "192.0.2.50")
+	exp := createInPool(t, "conflicts", "203.0.113.48/28", "203.0.113.50")
 	defer func() { _ = env.Client.Delete(ctx, exp) }()
 	waitForState(t, exp, gardencorev1beta1.LastOperationStateSucceeded)
 
@@ -311,7 +311,7 @@ func TestConflictingWriters(t *testing.T) {
 			return false, err
 		}
 		return svc.Spec.AllocateLoadBalancerNodePorts != nil && !*svc.Spec.AllocateLoadBalancerNodePorts &&
-			len(pool.Spec.Blocks) == 1 && pool.Spec.Blocks[0].Cidr == "192.0.2.48/28", nil
+			len(pool.Spec.Blocks) == 1 && pool.Spec.Blocks[0].Cidr == "203.0.113.48/28", nil
 	}
 	_ = testenv.WaitFor(ctx, 45*time.Second, restored)
 	waitForState(t, exp, gardencorev1beta1.LastOperationStateSucceeded)
@@ -320,7 +320,7 @@ func TestConflictingWriters(t *testing.T) {
 		t.Errorf("Service: allocateLoadBalancerNodePorts %v (want false restored), label team %q (want the user's kept)",
 			svc.Spec.AllocateLoadBalancerNodePorts, svc.Labels["team"])
 	}
-	if len(pool.Spec.Blocks) != 1 || pool.Spec.Blocks[0].Cidr != "192.0.2.48/28" || pool.Annotations["note"] == "" {
+	if len(pool.Spec.Blocks) != 1 || pool.Spec.Blocks[0].Cidr != "203.0.113.48/28" || pool.Annotations["note"] == "" {
 		t.Errorf("pool: blocks %v (want ours restored), annotations %v (want the user's kept)", pool.Spec.Blocks, pool.Annotations)
 	}
 }
@@ -330,7 +330,7 @@ func TestConflictingWriters(t *testing.T) {
 func TestExtensionRestartMidReconcileAndMidDelete(t *testing.T) {
 	ctx := context.Background()
 	createCiliumConfig(t)
-	exp := createInPool(t, "restarts", "192.0.2.64/28", "192.0.2.66")
+	exp := createInPool(t, "restarts", "203.0.113.64/28", "203.0.113.66")
 	// Kill it as soon as it has started on the exposure (its finalizer is the first thing it writes).
 	if err := testenv.WaitFor(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(exp), exp)
@@ -365,7 +365,7 @@ func TestExtensionRestartMidReconcileAndMidDelete(t *testing.T) {
 func exposureInPool(name, cidr, vip string) *extensionsv1alpha1.SelfHostedShootExposure {
 	exp := fixtures.Exposure(name, fixtures.Nodes())
 	exp.Spec.ProviderConfig = &runtime.RawExtension{Raw: []byte(strings.NewReplacer(
-		"192.0.2.0/28", cidr, fixtures.ExposureVIP, vip).Replace(fixtures.ExposureConfigL2))}
+		"203.0.113.0/28", cidr, fixtures.ExposureVIP, vip).Replace(fixtures.ExposureConfigL2))}
 	return exp
 }
 
@@ -388,7 +388,7 @@ func createInPool(t *testing.T, name, cidr, vip string) *extensionsv1alpha1.Self
 func TestAPIServerRestart(t *testing.T) {
 	ctx := context.Background()
 	createCiliumConfig(t)
-	exp := createInPool(t, "apiserver-restart", "192.0.2.96/28", "192.0.2.98")
+	exp := createInPool(t, "apiserver-restart", "203.0.113.96/28", "203.0.113.98")
 	waitForState(t, exp, gardencorev1beta1.LastOperationStateSucceeded)
 
 	if err := env.RestartAPIServer(3 * time.Second); err != nil {
@@ -427,7 +427,7 @@ func TestAPIServerRestart(t *testing.T) {
 
 	reconcile(t, exp, func(exp *extensionsv1alpha1.SelfHostedShootExposure) { exp.Spec.Endpoints = exp.Spec.Endpoints[1:] })
 	waitForState(t, exp, gardencorev1beta1.LastOperationStateSucceeded)
-	second := createInPool(t, "after-apiserver-restart", "192.0.2.112/28", "192.0.2.114")
+	second := createInPool(t, "after-apiserver-restart", "203.0.113.112/28", "203.0.113.114")
 	waitForState(t, second, gardencorev1beta1.LastOperationStateSucceeded)
 
 	want := map[string]int{"Service": 1, "EndpointSlice": 1, "CiliumLoadBalancerIPPool": 1, "CiliumL2AnnouncementPolicy": 1}
@@ -443,8 +443,8 @@ func TestAPIServerRestart(t *testing.T) {
 	if len(endpointSlices.Items) != 1 || len(endpointSlices.Items[0].Endpoints) != len(exp.Spec.Endpoints) {
 		t.Errorf("the slice does not follow the endpoint change made after the restart: %+v", endpointSlices.Items)
 	}
-	if len(second.Status.Ingress) != 1 || second.Status.Ingress[0].IP != "192.0.2.114" {
-		t.Errorf("ingress of the exposure created after the restart: %v, want 192.0.2.114", second.Status.Ingress)
+	if len(second.Status.Ingress) != 1 || second.Status.Ingress[0].IP != "203.0.113.114" {
+		t.Errorf("ingress of the exposure created after the restart: %v, want 203.0.113.114", second.Status.Ingress)
 	}
 	for _, e := range []*extensionsv1alpha1.SelfHostedShootExposure{exp, second} {
 		if err := env.Client.Delete(ctx, e); err != nil {

@@ -39,7 +39,7 @@ const (
 
 // Pool is a set of addresses for the VIP.
 type Pool struct {
-	// CIDRs are address blocks, e.g. 192.0.2.10/32.
+	// CIDRs are address blocks, e.g. 203.0.113.10/32.
 	// +optional
 	CIDRs []string `json:"cidrs,omitempty"`
 	// Ranges are inclusive start-stop address ranges.

@@ -1,0 +1,10 @@
+//go:build tools
+
+// Package tools keeps the Cilium binaries the tests run in this wrapper module's build list, so that build.sh builds
+// them straight from the module cache; nothing of Cilium's code is copied.
+package tools
+
+import (
+	_ "github.com/cilium/cilium/cilium-dbg"
+	_ "github.com/cilium/cilium/operator"
+)

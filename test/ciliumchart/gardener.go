@@ -1,0 +1,80 @@
+package ciliumchart
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/helm"
+)
+
+// GardenerChartEnv names the directory of Gardener's networking-cilium chart (charts/internal/cilium of
+// gardener/gardener-extension-networking-cilium), which the module proxy does not serve. Unset, the chart is read from
+// ../shared/reference/networking-cilium/charts/internal/cilium beside this repository.
+const GardenerChartEnv = "NETWORKING_CILIUM_CHART"
+
+// GardenerVersion is the Cilium release networking-cilium's image vector deploys with the chart it ships
+// (imagevector/images.yaml of the referenced commit).
+const GardenerVersion = "1.19.7"
+
+// GardenerChartDir returns the directory of networking-cilium's chart.
+func GardenerChartDir() (string, error) {
+	if dir := os.Getenv(GardenerChartEnv); dir != "" {
+		return dir, nil
+	}
+	gomod, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("locating this repository: %w", err)
+	}
+	dir := filepath.Join(filepath.Dir(strings.TrimSpace(string(gomod))), "..", "shared", "reference", "networking-cilium", "charts", "internal", "cilium")
+	if _, err := os.Stat(filepath.Join(dir, "Chart.yaml")); err != nil {
+		return "", fmt.Errorf("networking-cilium's chart is not at %s (set %s): %w", dir, GardenerChartEnv, err)
+	}
+	return dir, nil
+}
+
+// GardenerValues are the values networking-cilium computes (pkg/charts/utils.go generateChartValues) for a self-hosted
+// shoot that disables kube-proxy and enables L2 announcements: kube-proxy replacement with the health-check server,
+// NodePort, k8sServiceHost taken from the shoot's external advertised address, and images tagged with the Cilium
+// version. Only what differs from the chart's values.yaml is set.
+func GardenerValues(version string) map[string]any {
+	return map[string]any{
+		"global": map[string]any{
+			"kubeProxyReplacement":                true,
+			"kubeProxyReplacementHealthzBindAddr": "0.0.0.0:10256",
+			"nodePort": map[string]any{
+				"enabled": true, "enableHealthCheck": true, "enableHealthCheckLoadBalancerIP": true, "autoProtectPortRange": true,
+			},
+			"k8sServiceHost":  ExternalHost,
+			"k8sServicePort":  443,
+			"l2announcements": map[string]any{"enabled": true},
+			"podCIDR":         "100.64.0.0/12",
+			"nodeCIDR":        "10.250.0.0/16",
+			"ipam":            map[string]any{"mode": "kubernetes"},
+			"images": map[string]any{
+				"cilium-agent":    "europe-docker.pkg.dev/gardener-project/releases/cilium/cilium:v" + version,
+				"cilium-operator": "europe-docker.pkg.dev/gardener-project/releases/cilium/operator:v" + version,
+				"cilium-envoy":    "europe-docker.pkg.dev/gardener-project/releases/cilium/cilium-envoy:v1.35.9",
+				"kube-proxy":      "registry.k8s.io/kube-proxy:v1.36.3",
+			},
+		},
+	}
+}
+
+// RenderGardener renders networking-cilium's chart as that extension does (release cilium in kube-system, Gardener's
+// chart renderer) with values.
+func RenderGardener(version string, values map[string]any) (*Objects, error) {
+	dir, err := GardenerChartDir()
+	if err != nil {
+		return nil, err
+	}
+	rendered, _, err := helm.RenderAsGardener(dir, "cilium", cilium.Namespace, values, scheme.New())
+	if err != nil {
+		return nil, fmt.Errorf("networking-cilium's chart: %w", err)
+	}
+	return collect("networking-cilium's chart", version, rendered)
+}

@@ -1,0 +1,314 @@
+// Package podrun runs a container of an admitted Cilium pod the way kubelet would run it on a node of a self-hosted
+// shoot, with the real Cilium binary, so that tests and the demo observe which kube-apiserver it reaches and whether
+// it verifies the certificate.
+//
+// A Sandbox is a network namespace of the caller's own with only a loopback interface; it stands for the node's
+// network. The control-plane InternalIPs (loopback addresses) are proxies to the caller's kube-apiserver that can be
+// switched off; 127.0.0.1:443 is the local kube-apiserver of a control-plane node; the `kubernetes` ClusterIP and the
+// exposure VIP (which the external name resolves to) are traps that count who dials them. Nothing a process dials
+// leaves the namespace. Each container runs in a private mount namespace with what kubelet would give it: the
+// service-account token and CA at the in-cluster path, /etc/hosts with the pod's hostAliases, its ConfigMap volumes
+// and emptyDirs, and the environment kubelet builds.
+package podrun
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
+)
+
+// LocalAPIServer is where a control-plane node's own kube-apiserver answers, as the static pod does on the host.
+const LocalAPIServer = "127.0.0.1:443"
+
+// Network says what the sandbox holds.
+type Network struct {
+	// Name of the network namespace; unique on the machine.
+	Name string
+	// APIServer is host:port of the kube-apiserver behind the control-plane addresses and LocalAPIServer.
+	APIServer string
+	// ControlPlaneIPs are the control-plane nodes' InternalIPs (loopback addresses other than 127.0.0.1).
+	ControlPlaneIPs []string
+	// ClusterIP is the `kubernetes` Service's ClusterIP, VIP the exposure's; both are traps.
+	ClusterIP, VIP string
+	// ExternalName is the shoot's external API name: the node's hosts file resolves it to VIP, as DNS would.
+	ExternalName string
+}
+
+// Sandbox is a node's network as Cilium's pods on a self-hosted shoot see it.
+type Sandbox struct {
+	Network
+	ns        *netns
+	endpoints map[string]*endpoint
+}
+
+// NewSandbox creates the network namespace and starts its endpoints.
+func NewSandbox(n Network) (*Sandbox, error) {
+	ns, err := newNetns(n.Name, n.ClusterIP+"/32", n.VIP+"/32")
+	if err != nil {
+		return nil, err
+	}
+	s := &Sandbox{Network: n, ns: ns, endpoints: map[string]*endpoint{}}
+	addresses := map[string]string{LocalAPIServer: n.APIServer, n.ClusterIP + ":443": "", n.VIP + ":443": ""}
+	for _, ip := range n.ControlPlaneIPs {
+		addresses[ip+":443"] = n.APIServer
+	}
+	for addr, forward := range addresses {
+		ep := &endpoint{addr: addr, forward: forward, ns: ns}
+		if err := ep.start(); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("listening on %s in the namespace: %w", addr, err)
+		}
+		s.endpoints[addr] = ep
+	}
+	return s, nil
+}
+
+// Close stops the endpoints and deletes the namespace.
+func (s *Sandbox) Close() {
+	for _, ep := range s.endpoints {
+		ep.stop()
+	}
+	s.ns.delete()
+}
+
+// ControlPlaneAddresses are the control-plane InternalIPs with port 443.
+func (s *Sandbox) ControlPlaneAddresses() []string {
+	out := make([]string, 0, len(s.ControlPlaneIPs))
+	for _, ip := range s.ControlPlaneIPs {
+		out = append(out, ip+":443")
+	}
+	return out
+}
+
+// Reached counts the connections accepted since the last Reset, by address, leaving out addresses nobody dialled.
+func (s *Sandbox) Reached() map[string]int {
+	out := map[string]int{}
+	for addr, ep := range s.endpoints {
+		if n := ep.count(); n > 0 {
+			out[addr] = n
+		}
+	}
+	return out
+}
+
+// Reset sets every count to zero.
+func (s *Sandbox) Reset() {
+	for _, ep := range s.endpoints {
+		ep.reset()
+	}
+}
+
+// SwitchOff makes addr refuse connections, as a dead kube-apiserver does; SwitchOn starts it again.
+func (s *Sandbox) SwitchOff(addr string) { s.endpoints[addr].stop() }
+
+// SwitchOn starts addr again after SwitchOff.
+func (s *Sandbox) SwitchOn(addr string) error { return s.endpoints[addr].start() }
+
+// Container is one container of an admitted pod, with what kubelet would give it.
+type Container struct {
+	Pod *corev1.Pod
+	// Name of the container in Pod, init containers included.
+	Name string
+	// Node is the node the pod runs on (spec.nodeName of the running pod).
+	Node string
+	// Binary replaces the container's command[0].
+	Binary string
+	// ConfigMaps are the cluster's ConfigMaps by name, for env references and volumes.
+	ConfigMaps map[string]map[string]string
+	// Token and CA are the service-account volume's token and ca.crt.
+	Token string
+	CA    []byte
+	// Env overrides variables of the environment kubelet builds; an empty value removes one.
+	Env map[string]string
+	// Dir is a scratch directory for the container's files; LogPath where its output goes.
+	Dir, LogPath string
+}
+
+// Started is a running container.
+type Started struct {
+	*testenv.Process
+	volumes map[string]string
+}
+
+// HostPath is where path inside the container lies on the host, for a path in one of its emptyDir or ConfigMap
+// volumes.
+func (s *Started) HostPath(path string) (string, bool) {
+	for mountPath, dir := range s.volumes {
+		if rel, err := filepath.Rel(mountPath, path); err == nil && !strings.HasPrefix(rel, "..") {
+			return filepath.Join(dir, rel), true
+		}
+	}
+	return "", false
+}
+
+// Start runs the container in the sandbox.
+func (s *Sandbox) Start(c Container) (*Started, error) {
+	containers := slices.Concat(c.Pod.Spec.InitContainers, c.Pod.Spec.Containers)
+	i := slices.IndexFunc(containers, func(ct corev1.Container) bool { return ct.Name == c.Name })
+	if i < 0 {
+		return nil, fmt.Errorf("pod %s has no container %s", c.Pod.Name, c.Name)
+	}
+	container := containers[i]
+
+	if err := writeFiles(filepath.Join(c.Dir, "serviceaccount"), map[string]string{
+		corev1.ServiceAccountTokenKey:     c.Token,
+		corev1.ServiceAccountRootCAKey:    string(c.CA),
+		corev1.ServiceAccountNamespaceKey: c.Pod.Namespace,
+	}); err != nil {
+		return nil, err
+	}
+
+	// /tmp and /var/lib get a tmpfs, so that mount points below them need not exist on the machine; volumes mount
+	// only there. Dir, which may lie under /tmp, stays reachable at scratch.
+	const scratch = "/run/podrun"
+	script := []string{
+		"set -e",
+		"mount --bind " + filepath.Join(c.Dir, "hosts") + " /etc/hosts",
+		"mount -t tmpfs tmpfs /run",
+		"mkdir -p /run/secrets/kubernetes.io/serviceaccount /run/cilium " + scratch,
+		"mount --bind " + c.Dir + " " + scratch,
+		"mount --bind " + filepath.Join(scratch, "serviceaccount") + " /run/secrets/kubernetes.io/serviceaccount",
+		"mount -t tmpfs tmpfs /var/lib",
+		"mount -t tmpfs tmpfs /tmp",
+	}
+	volumes := map[string]string{}
+	mounts := slices.Clone(container.VolumeMounts)
+	slices.SortFunc(mounts, func(a, b corev1.VolumeMount) int { return len(a.MountPath) - len(b.MountPath) })
+	for _, vm := range mounts {
+		j := slices.IndexFunc(c.Pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == vm.Name })
+		if j < 0 {
+			return nil, fmt.Errorf("container %s mounts volume %s, which the pod does not have", c.Name, vm.Name)
+		}
+		volume := c.Pod.Spec.Volumes[j]
+		var files map[string]string
+		switch {
+		case volume.ConfigMap != nil:
+			data, ok := c.ConfigMaps[volume.ConfigMap.Name]
+			if !ok && !ptr.Deref(volume.ConfigMap.Optional, false) {
+				return nil, fmt.Errorf("the pod mounts ConfigMap %s, which does not exist", volume.ConfigMap.Name)
+			}
+			files = data
+			if len(volume.ConfigMap.Items) > 0 {
+				files = map[string]string{}
+				for _, item := range volume.ConfigMap.Items {
+					files[item.Path] = data[item.Key]
+				}
+			}
+		case volume.EmptyDir != nil:
+			files = map[string]string{}
+		default:
+			continue // host paths and the like: not what decides how the container reaches kube-apiserver
+		}
+		if !strings.HasPrefix(vm.MountPath, "/tmp") && !strings.HasPrefix(vm.MountPath, "/var/lib/") {
+			return nil, fmt.Errorf("volume %s at %s, outside the tmpfs mounts of this runner", vm.Name, vm.MountPath)
+		}
+		source := filepath.Join("volumes", vm.Name)
+		if err := writeFiles(filepath.Join(c.Dir, source), files); err != nil {
+			return nil, err
+		}
+		volumes[vm.MountPath] = filepath.Join(c.Dir, source)
+		script = append(script, "mkdir -p "+vm.MountPath, "mount --bind "+filepath.Join(scratch, source)+" "+vm.MountPath)
+	}
+	script = append(script, `exec "$@"`)
+
+	// /etc/hosts as kubelet writes it for a hostNetwork pod (kubernetes pkg/kubelet/kubelet_pods.go
+	// nodeHostsFileContent, hostsEntriesFromHostAliases): the node's hosts file, in which the external name resolves to
+	// the VIP as DNS would, then the pod's hostAliases.
+	hosts := "# Kubernetes-managed hosts file (host network).\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" +
+		s.VIP + "\t" + s.ExternalName + "\n"
+	if len(c.Pod.Spec.HostAliases) > 0 {
+		hosts += "\n# Entries added by HostAliases.\n"
+		for _, a := range c.Pod.Spec.HostAliases {
+			hosts += a.IP + "\t" + strings.Join(a.Hostnames, "\t") + "\n"
+		}
+	}
+	if err := writeFiles(c.Dir, map[string]string{"hosts": hosts}); err != nil {
+		return nil, err
+	}
+
+	environment := s.podEnv(c.Pod, container, c.Node, c.ConfigMaps)
+	for k, v := range c.Env {
+		if v == "" {
+			delete(environment, k)
+		} else {
+			environment[k] = v
+		}
+	}
+	args := expand(slices.Concat(container.Command[1:], container.Args), environment)
+
+	cmd := s.ns.command("unshare", append([]string{"--mount", "--propagation", "private", "--", "/bin/sh", "-c", strings.Join(script, "\n"), "sh", c.Binary}, args...)...)
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	for _, k := range slices.Sorted(maps.Keys(environment)) {
+		cmd.Env = append(cmd.Env, k+"="+environment[k])
+	}
+	process, err := testenv.StartCommand(c.LogPath, cmd)
+	if err != nil {
+		return nil, err
+	}
+	return &Started{Process: process, volumes: volumes}, nil
+}
+
+func writeFiles(dir string, files map[string]string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// podEnv is the environment kubelet gives the container: the `kubernetes` Service's variables first, then the
+// container's own in order, with ConfigMap keys, the downward API and $(VAR) references resolved.
+func (s *Sandbox) podEnv(pod *corev1.Pod, c corev1.Container, node string, configMaps map[string]map[string]string) map[string]string {
+	out := map[string]string{
+		"KUBERNETES_SERVICE_HOST": s.ClusterIP, "KUBERNETES_SERVICE_PORT": "443", "KUBERNETES_SERVICE_PORT_HTTPS": "443",
+		"KUBERNETES_PORT": "tcp://" + s.ClusterIP + ":443",
+	}
+	for _, e := range c.Env {
+		switch {
+		case e.ValueFrom == nil:
+			out[e.Name] = expand([]string{e.Value}, out)[0]
+		case e.ValueFrom.ConfigMapKeyRef != nil:
+			if v, ok := configMaps[e.ValueFrom.ConfigMapKeyRef.Name][e.ValueFrom.ConfigMapKeyRef.Key]; ok {
+				out[e.Name] = v
+			}
+		case e.ValueFrom.FieldRef != nil:
+			switch e.ValueFrom.FieldRef.FieldPath {
+			case "metadata.namespace":
+				out[e.Name] = pod.Namespace
+			case "spec.nodeName":
+				out[e.Name] = node
+			case "metadata.name":
+				out[e.Name] = pod.Name
+			}
+		}
+	}
+	return out
+}
+
+var reference = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
+
+func expand(in []string, env map[string]string) []string {
+	out := make([]string, len(in))
+	for i, s := range in {
+		out[i] = reference.ReplaceAllStringFunc(s, func(ref string) string {
+			if v, ok := env[ref[2:len(ref)-1]]; ok {
+				return v
+			}
+			return ref
+		})
+	}
+	return out
+}
