@@ -50,7 +50,7 @@ generate:
 
 .PHONY: demo
 demo: envtest-assets cilium-binaries build
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CILIUM_OPERATOR="$(CILIUM_OPERATOR)" CILIUM_DBG="$(CILIUM_DBG)" $(GO) run ./hack/demo --extension=bin/$(BINARY) $(if $(KEEP),--keep)
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CILIUM_OPERATOR="$(CILIUM_OPERATOR)" CILIUM_DBG="$(CILIUM_DBG)" $(GO) run ./hack/demo --extension=bin/$(BINARY) $(if $(KEEP),--keep) $(if $(CHART),--chart=$(CHART))
 
 # Benchmarks of the webhook and the exposure beside their floors; results under bench/results.
 .PHONY: bench

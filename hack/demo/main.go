@@ -10,10 +10,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -31,17 +33,18 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumoperator"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/webhook/apiserveraccess"
 )
 
 func main() {
 	extension := flag.String("extension", "bin/gardener-extension-cilium-selfhosted", "the extension binary (make build)")
-	version := flag.String("cilium-version", "1.19.7", "the Cilium chart to apply")
+	chart := flag.String("chart", "networking-cilium", "the Cilium chart to apply: Gardener's networking-cilium, or upstream's of a Cilium version such as 1.19.7")
 	keep := flag.Bool("keep", os.Getenv("KEEP") == "1", "leave everything running and print a kubeconfig")
 	flag.Parse()
 
-	if err := run(*extension, *version, *keep); err != nil {
+	if err := run(*extension, *chart, *keep); err != nil {
 		fmt.Fprintf(os.Stderr, "\nDEMO FAILED: %v\n", err)
 		os.Exit(1)
 	}
@@ -53,13 +56,21 @@ type demo struct {
 	env       *testenv.Env
 	extension *testenv.Process
 	operator  *ciliumoperator.Operator
+	// sandbox stands for the nodes' network (nil without root).
+	sandbox *podrun.Sandbox
 }
 
-func run(extension, version string, keep bool) error {
+func run(extension, chart string, keep bool) error {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 
-	step("Starting the control plane (kube-apiserver and etcd from %s) with Gardener's and Cilium's CRDs", os.Getenv("KUBEBUILDER_ASSETS"))
+	certs, err := testenv.NewGardenerCertificates("shoot--local--demo", "shoot.example.com", net.ParseIP(podrun.ClusterIP))
+	if err != nil {
+		return err
+	}
+	testenv.GardenerCertificates = certs
+	step("Starting the control plane (kube-apiserver and etcd from %s) with Gardener's and Cilium's CRDs, serving a "+
+		"certificate made as Gardener makes it for a self-hosted shoot (no node IP in it)", os.Getenv("KUBEBUILDER_ASSETS"))
 	env, err := testenv.Start()
 	if err != nil {
 		return err
@@ -71,23 +82,31 @@ func run(extension, version string, keep bool) error {
 	if err := env.CreateSelfHostedShoot(ctx, fixtures.WithExposureConfig(fixtures.Shoot(true), fixtures.ExposureConfigL2)); err != nil {
 		return err
 	}
+	if os.Getuid() == 0 {
+		step("The nodes' network: a network namespace in which the control-plane InternalIPs %v and localhost:443 "+
+			"forward to kube-apiserver, and the ClusterIP %s and the VIP %s lead nowhere", podrun.ControlPlaneIPs, podrun.ClusterIP, fixtures.ExposureVIP)
+		if d.sandbox, err = podrun.NewShootSandbox(ctx, env, "cilium-demo-"+strconv.Itoa(os.Getpid())); err != nil {
+			return err
+		}
+		defer d.sandbox.Close()
+	}
 	if err := d.startExtension(ctx, extension); err != nil {
 		return err
 	}
 	defer d.extension.Stop(context.Background())
 
-	step("Starting Cilium's operator %s (LB-IPAM, L2 announcements, BGP control plane)", version)
-	if d.operator, err = ciliumoperator.Start(ctx, env, nil); err != nil {
-		return err
-	}
-	defer d.operator.Stop(context.Background())
-
 	var problems []string
-	p, err := d.ciliumAgents(ctx, version)
+	p, err := d.ciliumAgents(ctx, chart)
 	if err != nil {
 		return err
 	}
 	problems = append(problems, p...)
+
+	step("Starting Cilium's operator for the exposure (LB-IPAM, L2 announcements, BGP control plane)")
+	if d.operator, err = ciliumoperator.Start(ctx, env, nil); err != nil {
+		return err
+	}
+	defer d.operator.Stop(context.Background())
 	p, err = d.exposure(ctx)
 	if err != nil {
 		return err
@@ -98,8 +117,8 @@ func run(extension, version string, keep bool) error {
 	if len(problems) > 0 {
 		return errors.New(strings.Join(problems, "; "))
 	}
-	step("Summary: every Cilium agent reaches kube-apiserver without Cilium (localhost on the control plane, the " +
-		"control-plane IPs elsewhere); kube-apiserver was exposed on a VIP assigned by Cilium's LB-IPAM, and deleting " +
+	step("Summary: every Cilium component reached kube-apiserver without Cilium and verified Gardener's certificate " +
+		"(localhost on the control plane, the control-plane nodes under the server name elsewhere); kube-apiserver was exposed on a VIP assigned by Cilium's LB-IPAM, and deleting " +
 		"the exposure left nothing behind")
 
 	if keep {
@@ -132,11 +151,20 @@ func (d *demo) startExtension(ctx context.Context, binary string) error {
 	return nil
 }
 
-// ciliumAgents applies Cilium's chart, creates an agent pod per node and shows how each reaches kube-apiserver.
-func (d *demo) ciliumAgents(ctx context.Context, version string) ([]string, error) {
+// ciliumAgents applies Cilium's chart, creates an agent pod per node, shows how each is configured to reach
+// kube-apiserver, and runs their Cilium components to show where they really connect.
+func (d *demo) ciliumAgents(ctx context.Context, chart string) ([]string, error) {
 	c := d.env.Client
-	step("Rendering Cilium %s's chart (k8sServiceHost=%s, kubeProxyReplacement=true) and applying it", version, ciliumchart.ExternalHost)
-	rendered, err := ciliumchart.Render(version, ciliumchart.Values(version))
+	var rendered *ciliumchart.Objects
+	var err error
+	if chart == "networking-cilium" {
+		step("Rendering Gardener's networking-cilium chart (Cilium %s) as that extension does for a self-hosted shoot "+
+			"without kube-proxy (k8sServiceHost=%s) and applying it", ciliumchart.GardenerVersion, ciliumchart.ExternalHost)
+		rendered, err = ciliumchart.RenderGardener(ciliumchart.GardenerVersion, ciliumchart.GardenerValues(ciliumchart.GardenerVersion))
+	} else {
+		step("Rendering Cilium %s's chart (k8sServiceHost=%s, kubeProxyReplacement=true) and applying it", chart, ciliumchart.ExternalHost)
+		rendered, err = ciliumchart.Render(chart, ciliumchart.Values(chart))
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -164,11 +192,13 @@ func (d *demo) ciliumAgents(ctx context.Context, version string) ([]string, erro
 	table := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(table, "NODE\tROLE\tKUBERNETES_SERVICE_HOST:PORT\tCILIUM_K8S_API_SERVER_URLS\tRESOLVED BY HOSTALIASES TO\tFROM")
 	var problems []string
+	pods := map[string]*corev1.Pod{}
 	for _, node := range nodes.Items {
 		pod := ciliumchart.DaemonSetPod(agent, node.Name)
 		if err := c.Create(ctx, pod); err != nil {
 			return nil, err
 		}
+		pods[node.Name] = pod
 		role := "worker"
 		if apiserverendpoints.IsControlPlaneNode(&node) {
 			role = "control-plane"
@@ -197,7 +227,11 @@ func (d *demo) ciliumAgents(ctx context.Context, version string) ([]string, erro
 	if _, ok := config.Data[cilium.FlagAPIServerURLs]; ok {
 		problems = append(problems, "cilium-config still names the external API server")
 	}
-	return problems, nil
+
+	step("Running, for each node, the agent's config init container (cilium-dbg build-config) and the operator, " +
+		"built from Cilium's module, exactly as kubelet would run the admitted pods")
+	p, err := d.connections(ctx, rendered, pods)
+	return append(problems, p...), err
 }
 
 // resolved is the API server environment of the agent container as the kubelet would resolve it, and where it comes

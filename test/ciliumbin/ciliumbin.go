@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // Binaries Path knows, each with the environment variable that overrides it.
@@ -38,4 +40,18 @@ func Path(name string) (string, error) {
 		return "", fmt.Errorf("building %s: %w", name, err)
 	}
 	return strings.TrimSpace(string(out)), nil
+}
+
+// ForContainer is the binary that c's command runs, if it is one of Cilium's that Path knows.
+func ForContainer(c corev1.Container) (string, bool) {
+	if len(c.Command) == 0 {
+		return "", false
+	}
+	switch cmd := filepath.Base(c.Command[0]); {
+	case strings.HasPrefix(cmd, Operator): // cilium-operator-generic in upstream's chart
+		return Operator, true
+	case cmd == Dbg:
+		return Dbg, true
+	}
+	return "", false
 }

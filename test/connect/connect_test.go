@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"fmt"
 	"maps"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,13 +15,11 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -44,14 +41,6 @@ const (
 	operatorContainer = "cilium-operator"
 	configContainer   = "config"
 )
-
-func urlHost(raw string) (string, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "", err
-	}
-	return u.Host, nil
-}
 
 // installation is one chart as the webhook admitted it: the operator Deployment and the chart's ConfigMaps
 // (`cilium-config` as admitted), by name.
@@ -150,8 +139,8 @@ func installChart(t *testing.T, chart string) *installation {
 			t.Fatal(err)
 		}
 	}
-	want := make([]string, 0, len(controlPlaneIPs))
-	for _, ip := range controlPlaneIPs {
+	want := make([]string, 0, len(podrun.ControlPlaneIPs))
+	for _, ip := range podrun.ControlPlaneIPs {
 		want = append(want, apiserverendpoints.URL(ip))
 	}
 	if err := testenv.WaitFor(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
@@ -187,12 +176,7 @@ func run(t *testing.T, inst *installation, pod *corev1.Pod, container, node stri
 	sandbox.Reset()
 	storeConfig(t, inst.configMaps[cilium.ConfigMapName])
 
-	cs, err := kubernetes.NewForConfig(envtest.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	token, err := cs.CoreV1().ServiceAccounts(cilium.Namespace).CreateToken(ctx, pod.Spec.ServiceAccountName,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(3600))}}, metav1.CreateOptions{})
+	token, err := podrun.Token(ctx, envtest.Config, pod)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,13 +186,18 @@ func run(t *testing.T, inst *installation, pod *corev1.Pod, container, node stri
 	configMaps[cilium.ConfigMapName] = maps.Clone(configMaps[cilium.ConfigMapName])
 	maps.Copy(configMaps[cilium.ConfigMapName], ciliumoperator.Config(9234, 9963))
 
-	binary, err := ciliumbin.Path(binaryOf(t, pod, container))
+	i := slices.IndexFunc(slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers), func(c corev1.Container) bool { return c.Name == container })
+	name, ok := ciliumbin.ForContainer(slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers)[i])
+	if !ok {
+		t.Fatalf("container %s runs no Cilium binary this suite has", container)
+	}
+	binary, err := ciliumbin.Path(name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	started, err := sandbox.Start(podrun.Container{
 		Pod: pod, Name: container, Node: node, Binary: binary, ConfigMaps: configMaps,
-		Token: token.Status.Token, CA: testenv.GardenerCertificates.CA.CertificatePEM, Env: env,
+		Token: token, CA: testenv.GardenerCertificates.CA.CertificatePEM, Env: env,
 		Dir: t.TempDir(), LogPath: filepath.Join(envtest.Dir, "connect", strings.ReplaceAll(t.Name(), "/", "_")+".log"),
 	})
 	if err != nil {
@@ -234,24 +223,6 @@ func storeConfig(t *testing.T, data map[string]string) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// binaryOf is the Cilium binary that container's command runs.
-func binaryOf(t *testing.T, pod *corev1.Pod, container string) string {
-	t.Helper()
-	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
-		if c.Name != container || len(c.Command) == 0 {
-			continue
-		}
-		switch cmd := filepath.Base(c.Command[0]); {
-		case strings.HasPrefix(cmd, "cilium-operator"):
-			return ciliumbin.Operator
-		case cmd == "cilium-dbg":
-			return ciliumbin.Dbg
-		}
-	}
-	t.Fatalf("no Cilium binary for container %s of pod %s", container, pod.Name)
-	return ""
 }
 
 // waitUntilLeading waits until the operator has taken its leader lease, which it does only over a working, verified
@@ -429,11 +400,11 @@ func TestBareInternalIPsFailVerification(t *testing.T) {
 	pod := ciliumchart.DeploymentPod(inst.operator)
 	pod.Name = "cilium-operator-bare-ips"
 	var urls []string
-	for _, ip := range controlPlaneIPs {
+	for _, ip := range podrun.ControlPlaneIPs {
 		urls = append(urls, apiserverendpoints.URL(ip))
 	}
 	run(t, inst, pod, operatorContainer, "worker-1", map[string]string{
-		cilium.EnvServiceHost: controlPlaneIPs[0], cilium.EnvAPIServerURLs: strings.Join(urls, ","), cilium.EnvKubeconfigPath: "",
+		cilium.EnvServiceHost: podrun.ControlPlaneIPs[0], cilium.EnvAPIServerURLs: strings.Join(urls, ","), cilium.EnvKubeconfigPath: "",
 	})
 	// Cilium logs only that it rotates: every handshake fails and it dials the next URL at once.
 	if err := testenv.WaitFor(context.Background(), time.Minute, func(context.Context) (bool, error) {
@@ -452,8 +423,7 @@ func TestBareInternalIPsFailVerification(t *testing.T) {
 	// Why: Go verifies an IP host against the certificate's IP SANs, as Cilium's client does for a bare-IP URL.
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(testenv.GardenerCertificates.CA.CertificatePEM)
-	apiServer, _ := urlHost(envtest.Config.Host)
-	conn, err := tls.Dial("tcp", apiServer, &tls.Config{RootCAs: roots, ServerName: controlPlaneIPs[0]})
+	conn, err := tls.Dial("tcp", sandbox.APIServer, &tls.Config{RootCAs: roots, ServerName: podrun.ControlPlaneIPs[0]})
 	if err == nil {
 		conn.Close()
 		t.Fatal("the certificate verified for a control-plane InternalIP")

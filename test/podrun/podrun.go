@@ -12,6 +12,7 @@
 package podrun
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"os"
@@ -20,7 +21,11 @@ import (
 	"slices"
 	"strings"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
@@ -255,6 +260,20 @@ func (s *Sandbox) Start(c Container) (*Started, error) {
 		return nil, err
 	}
 	return &Started{Process: process, volumes: volumes}, nil
+}
+
+// Token is a token of pod's ServiceAccount, as the kubelet's projected service-account volume holds it.
+func Token(ctx context.Context, config *rest.Config, pod *corev1.Pod) (string, error) {
+	cs, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return "", err
+	}
+	token, err := cs.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, pod.Spec.ServiceAccountName,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", err
+	}
+	return token.Status.Token, nil
 }
 
 func writeFiles(dir string, files map[string]string) error {

@@ -61,6 +61,16 @@ func (e *Env) CreateNode(ctx context.Context, node *corev1.Node) error {
 	return e.Client.Status().Update(ctx, node)
 }
 
+// SetInternalIP makes ip the node's InternalIP, as kubelet reports it.
+func (e *Env) SetInternalIP(ctx context.Context, name, ip string) error {
+	node := &corev1.Node{}
+	if err := e.Client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+		return err
+	}
+	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}, {Type: corev1.NodeHostName, Address: name}}
+	return e.Client.Status().Update(ctx, node)
+}
+
 // WaitForExtension waits until the extension has registered its webhooks with a CA bundle and written the endpoints
 // ConfigMap. A crash of extension is reported as such rather than waited out.
 func (e *Env) WaitForExtension(ctx context.Context, webhooks int, extension *Process) error {
