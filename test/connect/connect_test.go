@@ -288,7 +288,7 @@ type placement struct {
 	admitted bool
 	// deadFirst switches off the control-plane address the pod's hosts file lists first for the server name.
 	deadFirst bool
-	// allowed are the addresses the pod may reach.
+	// allowed are the addresses the pod may reach; a pod with hostAliases must reach the first that is alive.
 	allowed []string
 }
 
@@ -312,15 +312,21 @@ func forEachPlacement(t *testing.T, pod func(inst *installation, node string, co
 				} else {
 					pl.Name = pl.GenerateName + "unadmitted"
 				}
-				if p.deadFirst {
-					dead := pl.Spec.HostAliases[0].IP + ":443"
-					sandbox.SwitchOff(dead)
-					t.Cleanup(func() {
-						if err := sandbox.SwitchOn(dead); err != nil {
-							t.Error(err)
-						}
-					})
-					p.allowed = slices.DeleteFunc(slices.Clone(p.allowed), func(a string) bool { return a == dead })
+				if len(pl.Spec.HostAliases) > 0 {
+					// Go's resolver returns a name's hosts-file addresses in file order (IPv4 keeps it under RFC 6724
+					// sorting: net/addrselect.go applies rule 9 to IPv6 only) and the dialer tries them in turn, so the
+					// webhook's rotation of hostAliases decides which kube-apiserver a pod uses while all are alive.
+					first := pl.Spec.HostAliases[0].IP + ":443"
+					p.allowed = []string{first}
+					if p.deadFirst {
+						sandbox.SwitchOff(first)
+						t.Cleanup(func() {
+							if err := sandbox.SwitchOn(first); err != nil {
+								t.Error(err)
+							}
+						})
+						p.allowed = []string{pl.Spec.HostAliases[1].IP + ":443"}
+					}
 				}
 				test(t, inst, pl, p)
 			})

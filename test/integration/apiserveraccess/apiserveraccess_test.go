@@ -489,3 +489,26 @@ func TestMetricsAndHealthBindAsConfigured(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkersSpreadOverControlPlane: pods on different nodes off the control plane list the control-plane nodes in
+// different orders in their hostAliases, so that (with Go's resolver keeping hosts-file order, see test/connect) they
+// spread their connections over all kube-apiservers.
+func TestWorkersSpreadOverControlPlane(t *testing.T) {
+	rendered := renderWhenMutating(t)
+	first := map[string]int{}
+	for i := range 30 {
+		pod := ciliumchart.DaemonSetPod(rendered.Agent, fmt.Sprintf("worker-spread-%d", i))
+		if err := env.Client.Create(context.Background(), pod, client.DryRunAll); err != nil {
+			t.Fatal(err)
+		}
+		if len(pod.Spec.HostAliases) != len(fixtures.ControlPlaneIPs) {
+			t.Fatalf("pod on %s: hostAliases %+v", pod.Spec.Affinity.NodeAffinity, pod.Spec.HostAliases)
+		}
+		first[pod.Spec.HostAliases[0].IP]++
+	}
+	for _, ip := range fixtures.ControlPlaneIPs {
+		if first[ip] < 3 {
+			t.Errorf("%d of 30 nodes dial %s first, want a spread over the control plane: %v", first[ip], ip, first)
+		}
+	}
+}
