@@ -90,8 +90,8 @@ func throughAPIServer(ctx context.Context, r *report, env *testenv.Env, f *fixtu
 
 	ways := []way{wayOurs, wayNoop, wayOursCorrected, wayPatch, wayReplay, wayNone}
 	latencies := map[way][]time.Duration{}
-	// byNode keeps the latencies of the extension's webhook per node kind: on a control-plane node the pod always gets
-	// its localhost patch, on a worker the admitted template is already right.
+	// byNode keeps the latencies of the extension's webhook per node kind: on a control-plane node the pod gets its
+	// localhost patch, on a worker its hostAliases and the server name in place of the template's kubeconfig.
 	byNode := map[string][]time.Duration{}
 	for i := range pods + 10 {
 		for _, w := range ways {
@@ -138,8 +138,8 @@ func throughAPIServer(ctx context.Context, r *report, env *testenv.Env, f *fixtu
 	// The goal is judged per node kind below: the median of both kinds together falls between the two.
 	r.add(Result{Section: section, Name: name + wayOurs.name + ", both node kinds", Value: ours, Unit: "ms", Baseline: noop, BaselineName: "no-op webhook"})
 	oursCP, oursWorker, replayCP := median(byNode[wayOurs.app+"/cp-0"]), median(byNode[wayOurs.app+"/worker-0"]), median(byNode[wayReplay.app+"/cp-0"])
-	r.add(Result{Section: section, Name: name + wayOurs.name + ", worker nodes (no patch)", Value: oursWorker, Unit: "ms", Baseline: noop, BaselineName: "no-op webhook",
-		Goal: "<= 1.1x the no-op webhook", Met: met(oursWorker <= 1.1*noop)})
+	r.add(Result{Section: section, Name: name + wayOurs.name + ", worker nodes (hostAliases patch)", Value: oursWorker, Unit: "ms", Baseline: patch, BaselineName: "webhook adding one annotation",
+		Goal: "<= 1.1x the annotating webhook", Met: met(oursWorker <= 1.1*patch)})
 	r.add(Result{Section: section, Name: name + wayOurs.name + ", control-plane nodes (localhost patch)", Value: oursCP, Unit: "ms", Baseline: patch, BaselineName: "webhook adding one annotation",
 		Goal: "<= 1.1x the annotating webhook", Met: met(oursCP <= 1.1*patch)})
 	r.add(Result{Section: section, Name: name + wayOurs.name + ", control-plane nodes (localhost patch)", Value: oursCP, Unit: "ms", Baseline: replayCP,
