@@ -21,7 +21,8 @@ const GardenerChartEnv = "NETWORKING_CILIUM_CHART"
 // (imagevector/images.yaml of the referenced commit).
 const GardenerVersion = "1.19.7"
 
-// GardenerChartDir returns the directory of networking-cilium's chart.
+// GardenerChartDir returns the directory of networking-cilium's chart: $NETWORKING_CILIUM_CHART, else
+// shared/reference/networking-cilium/charts/internal/cilium beside this repository or beside one of its ancestors.
 func GardenerChartDir() (string, error) {
 	if dir := os.Getenv(GardenerChartEnv); dir != "" {
 		return dir, nil
@@ -30,11 +31,16 @@ func GardenerChartDir() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("locating this repository: %w", err)
 	}
-	dir := filepath.Join(filepath.Dir(strings.TrimSpace(string(gomod))), "..", "shared", "reference", "networking-cilium", "charts", "internal", "cilium")
-	if _, err := os.Stat(filepath.Join(dir, "Chart.yaml")); err != nil {
-		return "", fmt.Errorf("networking-cilium's chart is not at %s (set %s): %w", dir, GardenerChartEnv, err)
+	repo := filepath.Dir(strings.TrimSpace(string(gomod)))
+	for dir := repo; ; dir = filepath.Dir(dir) {
+		chart := filepath.Join(filepath.Dir(dir), "shared", "reference", "networking-cilium", "charts", "internal", "cilium")
+		if _, err := os.Stat(filepath.Join(chart, "Chart.yaml")); err == nil {
+			return chart, nil
+		}
+		if dir == filepath.Dir(dir) {
+			return "", fmt.Errorf("networking-cilium's chart is not at ../shared/reference/networking-cilium/charts/internal/cilium beside %s or an ancestor: set %s", repo, GardenerChartEnv)
+		}
 	}
-	return dir, nil
 }
 
 // GardenerValues are the values networking-cilium computes (pkg/charts/utils.go generateChartValues) for a self-hosted
