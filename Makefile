@@ -11,6 +11,7 @@ export CACHE_DIR
 ENVTEST_ASSETS   = $(shell hack/envtest/build.sh)
 CILIUM_OPERATOR  = $(shell hack/cilium/build.sh cilium-operator)
 CILIUM_DBG       = $(shell hack/cilium/build.sh cilium-dbg)
+CILIUM_AGENT     = $(shell hack/cilium/build.sh cilium-agent)
 TEST_FLAGS      ?= -race -timeout=20m
 
 .PHONY: all
@@ -25,16 +26,17 @@ build:
 envtest-assets:
 	@hack/envtest/build.sh
 
-# Cilium's real operator (LB-IPAM, BGP control plane) and cilium-dbg (the agent's build-config step), built from the
-# cilium module pinned in hack/cilium.
+# Cilium's real operator (LB-IPAM, BGP control plane), cilium-dbg (the agent's build-config step) and the agent
+# (test/datapath), built from the cilium module pinned in hack/cilium.
 .PHONY: cilium-binaries
 cilium-binaries:
 	@hack/cilium/build.sh cilium-operator
 	@hack/cilium/build.sh cilium-dbg
+	@hack/cilium/build.sh cilium-agent
 
 .PHONY: test
 test: envtest-assets cilium-binaries
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CILIUM_OPERATOR="$(CILIUM_OPERATOR)" CILIUM_DBG="$(CILIUM_DBG)" $(GO) test $(TEST_FLAGS) ./...
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CILIUM_OPERATOR="$(CILIUM_OPERATOR)" CILIUM_DBG="$(CILIUM_DBG)" CILIUM_AGENT="$(CILIUM_AGENT)" $(GO) test $(TEST_FLAGS) ./...
 
 .PHONY: lint
 lint:
@@ -50,12 +52,12 @@ generate:
 
 .PHONY: demo
 demo: envtest-assets cilium-binaries build
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CILIUM_OPERATOR="$(CILIUM_OPERATOR)" CILIUM_DBG="$(CILIUM_DBG)" $(GO) run ./hack/demo --extension=bin/$(BINARY) $(if $(KEEP),--keep) $(if $(CHART),--chart=$(CHART))
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CILIUM_OPERATOR="$(CILIUM_OPERATOR)" CILIUM_DBG="$(CILIUM_DBG)" CILIUM_AGENT="$(CILIUM_AGENT)" $(GO) run ./hack/demo --extension=bin/$(BINARY) $(if $(KEEP),--keep) $(if $(CHART),--chart=$(CHART))
 
 # Benchmarks of the webhook and the exposure beside their floors; results under bench/results.
 .PHONY: bench
 bench: envtest-assets cilium-binaries
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CILIUM_OPERATOR="$(CILIUM_OPERATOR)" CILIUM_DBG="$(CILIUM_DBG)" $(GO) run ./hack/bench --out bench/results
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CILIUM_OPERATOR="$(CILIUM_OPERATOR)" CILIUM_DBG="$(CILIUM_DBG)" CILIUM_AGENT="$(CILIUM_AGENT)" $(GO) run ./hack/bench --out bench/results
 
 # Fuzz each target for FUZZTIME; crashers land in testdata/fuzz and become regression tests of `make test`.
 FUZZTIME ?= 30s

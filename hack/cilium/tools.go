@@ -6,5 +6,6 @@ package tools
 
 import (
 	_ "github.com/cilium/cilium/cilium-dbg"
+	_ "github.com/cilium/cilium/daemon"
 	_ "github.com/cilium/cilium/operator"
 )

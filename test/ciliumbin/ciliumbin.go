@@ -16,9 +16,10 @@ import (
 const (
 	Operator = "cilium-operator"
 	Dbg      = "cilium-dbg"
+	Agent    = "cilium-agent"
 )
 
-var envVars = map[string]string{Operator: "CILIUM_OPERATOR", Dbg: "CILIUM_DBG"}
+var envVars = map[string]string{Operator: "CILIUM_OPERATOR", Dbg: "CILIUM_DBG", Agent: "CILIUM_AGENT"}
 
 // Path is the binary name: its environment variable, else what hack/cilium/build.sh builds or has cached.
 func Path(name string) (string, error) {
@@ -52,6 +53,8 @@ func ForContainer(c corev1.Container) (string, bool) {
 		return Operator, true
 	case cmd == Dbg:
 		return Dbg, true
+	case cmd == Agent:
+		return Agent, true
 	}
 	return "", false
 }

@@ -79,7 +79,13 @@ func Start(ctx context.Context, env *testenv.Env, overrides map[string]string) (
 		}
 	}
 
-	process, err := testenv.StartProcess(filepath.Join(dir, "operator.log"), bin, "--config-dir="+configDir, "--k8s-kubeconfig-path="+env.Kubeconfig)
+	// The operator creates /var/run/cilium and its shell socket there (operator/cmd/root.go, defaults.RuntimePath):
+	// as root, it gets a mount namespace of its own with a private /run, so that nothing is left on the machine.
+	args := []string{bin, "--config-dir=" + configDir, "--k8s-kubeconfig-path=" + env.Kubeconfig}
+	if os.Getuid() == 0 {
+		args = append([]string{"unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", `mount -t tmpfs tmpfs /run && exec "$@"`, "sh"}, args...)
+	}
+	process, err := testenv.StartProcess(filepath.Join(dir, "operator.log"), args[0], args[1:]...)
 	if err != nil {
 		return nil, err
 	}

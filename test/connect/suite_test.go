@@ -7,7 +7,6 @@ package connect
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"strconv"
 	"testing"
@@ -23,16 +22,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getuid() != 0 {
-		fmt.Fprintln(os.Stderr, "the connect suite needs root for network and mount namespaces")
-		os.Exit(1)
-	}
-	certs, err := testenv.NewGardenerCertificates("shoot--local--connect", "shoot.example.com", net.ParseIP(podrun.ClusterIP))
-	if err != nil {
+	if err := podrun.ServeAsShoot("shoot--local--connect"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	testenv.GardenerCertificates = certs
 	os.Exit(testenv.RunSuite(m, fixtures.Shoot(true), setup))
 }
 

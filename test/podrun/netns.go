@@ -1,8 +1,10 @@
 package podrun
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -12,60 +14,90 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// netns is a network namespace of the test's own with only a loopback interface: the processes started in it stand
-// for Cilium's pods on a node, and whatever they dial that the test does not serve there fails, never reaching the
-// machine's network.
-type netns struct {
+// Netns is a network namespace of the test's own, created with only a loopback interface: the processes started in it
+// stand for Cilium's pods on a node, and whatever they dial that the test does not serve there fails, never reaching
+// the machine's network.
+type Netns struct {
 	name string
 }
 
-func newNetns(name string, addresses ...string) (*netns, error) {
-	n := &netns{name: name}
+// NewNetns creates the namespace name with loopback up and addresses (CIDRs) on it.
+func NewNetns(name string, addresses ...string) (*Netns, error) {
+	n := &Netns{name: name}
 	if err := runCommand("ip", "netns", "add", name); err != nil {
 		return nil, err
 	}
 	if err := runCommand("ip", "-n", name, "link", "set", "lo", "up"); err != nil {
-		n.delete()
+		n.Delete()
 		return nil, err
 	}
 	for _, a := range addresses {
 		if err := runCommand("ip", "-n", name, "addr", "add", a, "dev", "lo"); err != nil {
-			n.delete()
+			n.Delete()
 			return nil, err
 		}
 	}
 	return n, nil
 }
 
-func (n *netns) delete() { _ = runCommand("ip", "netns", "delete", n.name) }
+// Delete removes the namespace.
+func (n *Netns) Delete() { _ = runCommand("ip", "netns", "delete", n.name) }
 
-// listen opens a TCP listener inside the namespace: the socket keeps the namespace it was created in.
-func (n *netns) listen(addr string) (net.Listener, error) {
-	f, err := os.Open("/run/netns/" + n.name)
+// Name is the namespace's name for `ip netns`.
+func (n *Netns) Name() string { return n.name }
+
+// IP runs `ip` with args inside the namespace.
+func (n *Netns) IP(args ...string) error {
+	return runCommand("ip", append([]string{"-n", n.name}, args...)...)
+}
+
+// Listen opens a TCP listener inside the namespace: the socket keeps the namespace it was created in.
+func (n *Netns) Listen(addr string) (net.Listener, error) {
+	var l net.Listener
+	err := n.do(func() (err error) {
+		l, err = net.Listen("tcp", addr)
+		return err
+	})
+	return l, err
+}
+
+// DialContext dials from inside the namespace, as a process there (kubelet's probes of a hostNetwork pod) would.
+func (n *Netns) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	var c net.Conn
+	err := n.do(func() (err error) {
+		c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+		return err
+	})
+	return c, err
+}
+
+// do runs f on a thread switched into the namespace; sockets f creates stay there.
+func (n *Netns) do(f func() error) error {
+	target, err := os.Open("/run/netns/" + n.name)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	defer f.Close()
+	defer target.Close()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	self, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer self.Close()
-	if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-		return nil, err
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		return err
 	}
-	l, listenErr := net.Listen("tcp", addr)
+	fErr := f()
 	if err := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); err != nil {
 		// The thread is in the wrong namespace: let it die with its goroutine rather than serve anyone else.
 		runtime.Goexit()
 	}
-	return l, listenErr
+	return fErr
 }
 
-// command runs name with args inside the namespace.
-func (n *netns) command(name string, args ...string) *exec.Cmd {
+// Command runs name with args inside the namespace.
+func (n *Netns) Command(name string, args ...string) *exec.Cmd {
 	return exec.Command("ip", append([]string{"netns", "exec", n.name, name}, args...)...)
 }
 
@@ -79,19 +111,27 @@ func runCommand(name string, args ...string) error {
 // endpoint is an address inside the namespace: a TCP proxy to kube-apiserver standing for the kube-apiserver of a
 // node (forward), or a trap that only counts who dials it (the ClusterIP, the VIP). It can be switched off, which
 // refuses connections as a node's dead kube-apiserver does.
-type endpoint struct {
+type Endpoint struct {
 	addr    string
 	forward string
-	ns      *netns
+	ns      *Netns
 
 	mu       sync.Mutex
 	listener net.Listener
 	conns    []net.Conn
 	accepted int
+	from     map[string]int
 }
 
-func (e *endpoint) start() error {
-	l, err := e.ns.listen(e.addr)
+// NewEndpoint is an endpoint at addr inside ns that forwards to forward, or only counts and closes when forward is
+// empty. It listens once started.
+func NewEndpoint(ns *Netns, addr, forward string) *Endpoint {
+	return &Endpoint{addr: addr, forward: forward, ns: ns}
+}
+
+// Start listens and serves.
+func (e *Endpoint) Start() error {
+	l, err := e.ns.Listen(e.addr)
 	if err != nil {
 		return err
 	}
@@ -106,6 +146,12 @@ func (e *endpoint) start() error {
 			}
 			e.mu.Lock()
 			e.accepted++
+			if e.from == nil {
+				e.from = map[string]int{}
+			}
+			if host, _, err := net.SplitHostPort(c.RemoteAddr().String()); err == nil {
+				e.from[host]++
+			}
 			e.conns = append(e.conns, c)
 			e.mu.Unlock()
 			if e.forward == "" {
@@ -118,8 +164,8 @@ func (e *endpoint) start() error {
 	return nil
 }
 
-// stop closes the listener and every connection it accepted.
-func (e *endpoint) stop() {
+// Stop closes the listener and every connection it accepted.
+func (e *Endpoint) Stop() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.listener != nil {
@@ -132,17 +178,25 @@ func (e *endpoint) stop() {
 	e.conns = nil
 }
 
-// count is how many connections the endpoint accepted; reset sets it to zero.
-func (e *endpoint) count() int {
+// Count is how many connections the endpoint accepted; Reset sets it to zero.
+func (e *Endpoint) Count() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.accepted
 }
 
-func (e *endpoint) reset() {
+// From counts the connections accepted since the last Reset by the client's address.
+func (e *Endpoint) From() map[string]int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return maps.Clone(e.from)
+}
+
+func (e *Endpoint) Reset() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.accepted = 0
+	e.from = nil
 }
 
 func pipe(c net.Conn, to string) {

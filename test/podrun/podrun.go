@@ -15,7 +15,9 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -51,24 +53,31 @@ type Network struct {
 // Sandbox is a node's network as Cilium's pods on a self-hosted shoot see it.
 type Sandbox struct {
 	Network
-	ns        *netns
-	endpoints map[string]*endpoint
+	ns        *Netns
+	endpoints map[string]*Endpoint
 }
 
-// NewSandbox creates the network namespace and starts its endpoints.
+// NewSandbox creates the network namespace and starts its endpoints: every control-plane address and LocalAPIServer
+// forward to kube-apiserver, the ClusterIP and the VIP are traps.
 func NewSandbox(n Network) (*Sandbox, error) {
-	ns, err := newNetns(n.Name, n.ClusterIP+"/32", n.VIP+"/32")
+	ns, err := NewNetns(n.Name, n.ClusterIP+"/32", n.VIP+"/32")
 	if err != nil {
 		return nil, err
 	}
-	s := &Sandbox{Network: n, ns: ns, endpoints: map[string]*endpoint{}}
 	addresses := map[string]string{LocalAPIServer: n.APIServer, n.ClusterIP + ":443": "", n.VIP + ":443": ""}
 	for _, ip := range n.ControlPlaneIPs {
 		addresses[ip+":443"] = n.APIServer
 	}
+	return Attach(ns, n, addresses)
+}
+
+// Attach makes a sandbox of an existing namespace with endpoints, address -> where it forwards ("" for a trap). Close
+// deletes the namespace.
+func Attach(ns *Netns, n Network, addresses map[string]string) (*Sandbox, error) {
+	s := &Sandbox{Network: n, ns: ns, endpoints: map[string]*Endpoint{}}
 	for addr, forward := range addresses {
-		ep := &endpoint{addr: addr, forward: forward, ns: ns}
-		if err := ep.start(); err != nil {
+		ep := NewEndpoint(ns, addr, forward)
+		if err := ep.Start(); err != nil {
 			s.Close()
 			return nil, fmt.Errorf("listening on %s in the namespace: %w", addr, err)
 		}
@@ -80,9 +89,9 @@ func NewSandbox(n Network) (*Sandbox, error) {
 // Close stops the endpoints and deletes the namespace.
 func (s *Sandbox) Close() {
 	for _, ep := range s.endpoints {
-		ep.stop()
+		ep.Stop()
 	}
-	s.ns.delete()
+	s.ns.Delete()
 }
 
 // ControlPlaneAddresses are the control-plane InternalIPs with port 443.
@@ -98,25 +107,39 @@ func (s *Sandbox) ControlPlaneAddresses() []string {
 func (s *Sandbox) Reached() map[string]int {
 	out := map[string]int{}
 	for addr, ep := range s.endpoints {
-		if n := ep.count(); n > 0 {
+		if n := ep.Count(); n > 0 {
 			out[addr] = n
 		}
 	}
 	return out
 }
 
+// Endpoints are the sandbox's endpoints by address.
+func (s *Sandbox) Endpoints() map[string]*Endpoint { return maps.Clone(s.endpoints) }
+
+// DialContext dials from inside the sandbox's network namespace.
+func (s *Sandbox) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	return s.ns.DialContext(ctx, network, addr)
+}
+
+// Endpoint is the endpoint at addr, if the sandbox has one.
+func (s *Sandbox) Endpoint(addr string) (*Endpoint, bool) {
+	ep, ok := s.endpoints[addr]
+	return ep, ok
+}
+
 // Reset sets every count to zero.
 func (s *Sandbox) Reset() {
 	for _, ep := range s.endpoints {
-		ep.reset()
+		ep.Reset()
 	}
 }
 
 // SwitchOff makes addr refuse connections, as a dead kube-apiserver does; SwitchOn starts it again.
-func (s *Sandbox) SwitchOff(addr string) { s.endpoints[addr].stop() }
+func (s *Sandbox) SwitchOff(addr string) { s.endpoints[addr].Stop() }
 
 // SwitchOn starts addr again after SwitchOff.
-func (s *Sandbox) SwitchOn(addr string) error { return s.endpoints[addr].start() }
+func (s *Sandbox) SwitchOn(addr string) error { return s.endpoints[addr].Start() }
 
 // Container is one container of an admitted pod, with what kubelet would give it.
 type Container struct {
@@ -134,6 +157,14 @@ type Container struct {
 	CA    []byte
 	// Env overrides variables of the environment kubelet builds; an empty value removes one.
 	Env map[string]string
+	// Args are appended to the container's arguments (settings a node here cannot take from the chart).
+	Args []string
+	// Path is put before the PATH the container gets.
+	Path string
+	// Cgroup, if set, is a cgroup2 directory the container runs in, in a cgroup namespace of its own rooted there.
+	Cgroup string
+	// Setup are shell lines run in the container's mount namespace after its volumes are mounted.
+	Setup []string
 	// Dir is a scratch directory for the container's files; LogPath where its output goes.
 	Dir, LogPath string
 }
@@ -223,6 +254,7 @@ func (s *Sandbox) Start(c Container) (*Started, error) {
 		volumes[vm.MountPath] = filepath.Join(c.Dir, source)
 		script = append(script, "mkdir -p "+vm.MountPath, "mount --bind "+filepath.Join(scratch, source)+" "+vm.MountPath)
 	}
+	script = append(script, c.Setup...)
 	script = append(script, `exec "$@"`)
 
 	// /etc/hosts as kubelet writes it for a hostNetwork pod (kubernetes pkg/kubelet/kubelet_pods.go
@@ -248,10 +280,25 @@ func (s *Sandbox) Start(c Container) (*Started, error) {
 			environment[k] = v
 		}
 	}
-	args := expand(slices.Concat(container.Command[1:], container.Args), environment)
+	args := slices.Concat(expand(slices.Concat(container.Command[1:], container.Args), environment), c.Args)
 
-	cmd := s.ns.command("unshare", append([]string{"--mount", "--propagation", "private", "--", "/bin/sh", "-c", strings.Join(script, "\n"), "sh", c.Binary}, args...)...)
-	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	unshare := []string{"unshare", "--mount", "--propagation", "private"}
+	if c.Cgroup != "" {
+		unshare = append(unshare, "--cgroup")
+	}
+	inNamespaces := append(unshare, append([]string{"--", "/bin/sh", "-c", strings.Join(script, "\n"), "sh", c.Binary}, args...)...)
+	var cmd *exec.Cmd
+	if c.Cgroup != "" {
+		// Join the cgroup first, so that the cgroup namespace is rooted there.
+		cmd = exec.Command("/bin/sh", append([]string{"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, c.Cgroup, "ip", "netns", "exec", s.ns.Name()}, inNamespaces...)...)
+	} else {
+		cmd = s.ns.Command(inNamespaces[0], inNamespaces[1:]...)
+	}
+	path := "/usr/sbin:/usr/bin:/sbin:/bin"
+	if c.Path != "" {
+		path = c.Path + ":" + path
+	}
+	cmd.Env = []string{"PATH=" + path}
 	for _, k := range slices.Sorted(maps.Keys(environment)) {
 		cmd.Env = append(cmd.Env, k+"="+environment[k])
 	}

@@ -100,6 +100,9 @@ func ModuleDir(module string) (string, error) {
 	return dir, nil
 }
 
+// AdvertiseAddress is the address kube-apiserver publishes in the `kubernetes` Service's EndpointSlice.
+const AdvertiseAddress = "198.51.100.200"
+
 // Start starts kube-apiserver and etcd from KUBEBUILDER_ASSETS with Gardener's CRDs and, unless CiliumCRDsAtStart is
 // false, Cilium's installed.
 func Start() (*Env, error) {
@@ -136,6 +139,10 @@ func Start() (*Env, error) {
 	}
 	// Dual-stack Service CIDRs, so that a dual-stack shoot's exposure Service is accepted (RequireDualStack).
 	env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", "10.96.0.0/16,fd00:10:96::/108")
+	// The `kubernetes` Service's endpoint, where Cilium's kube-proxy replacement sends the ClusterIP: by default
+	// kube-apiserver advertises the machine's own address; a documentation address (TEST-NET-2) that no route leads to
+	// keeps whatever dials the ClusterIP off the machine's network. Loopback is not allowed in an endpoint.
+	env.ControlPlane.GetAPIServer().Configure().Set("advertise-address", AdvertiseAddress)
 	// Certificates in a directory of ours: envtest generates new ones into a directory of its own on every start,
 	// which would make RestartAPIServer a different server that no client trusts.
 	apiServer := env.ControlPlane.GetAPIServer()

@@ -1,0 +1,103 @@
+package datapath
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
+)
+
+// lan is the shoot's node network: a bridge in a namespace of its own ("the switch"), and one namespace per node and
+// for the client, each with an eth0 on the bridge. Nothing is connected to the machine's network.
+type lan struct {
+	prefix string
+	sw     *podrun.Netns
+	hosts  []*podrun.Netns
+}
+
+// prefixLen is the node network's prefix length; its addresses are the fixture nodes' InternalIPs (10.0.0.0/16).
+const prefixLen = "/16"
+
+func newLAN(prefix string) (*lan, error) {
+	sw, err := podrun.NewNetns(prefix + "-lan")
+	if err != nil {
+		return nil, err
+	}
+	l := &lan{prefix: prefix, sw: sw}
+	if err := sw.IP("link", "add", "br0", "type", "bridge"); err != nil {
+		l.close()
+		return nil, err
+	}
+	if err := sw.IP("link", "set", "br0", "up"); err != nil {
+		l.close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// attach creates the namespace of a host with address ip on its eth0, plugged into the bridge.
+func (l *lan) attach(name, ip string) (*podrun.Netns, error) {
+	ns, err := podrun.NewNetns(l.prefix + "-" + name)
+	if err != nil {
+		return nil, err
+	}
+	l.hosts = append(l.hosts, ns)
+	port := "v-" + name
+	for _, args := range [][]string{
+		{"link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns.Name()},
+		{"link", "set", port, "master", "br0", "up"},
+	} {
+		if err := l.sw.IP(args...); err != nil {
+			return nil, fmt.Errorf("plugging %s in: %w", name, err)
+		}
+	}
+	for _, args := range [][]string{{"addr", "add", ip + prefixLen, "dev", "eth0"}, {"link", "set", "eth0", "up"}} {
+		if err := ns.IP(args...); err != nil {
+			return nil, fmt.Errorf("configuring %s: %w", name, err)
+		}
+	}
+	return ns, nil
+}
+
+// close deletes every namespace, and with them the links.
+func (l *lan) close() {
+	for _, ns := range l.hosts {
+		ns.Delete()
+	}
+	l.sw.Delete()
+}
+
+// cgroup2Root is where the machine mounts the cgroup2 hierarchy: the root of a unified hierarchy, or its unified
+// part under a hybrid one (as on this kind of machine).
+func cgroup2Root() (string, error) {
+	for _, dir := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+		if _, err := os.Stat(filepath.Join(dir, "cgroup.controllers")); err == nil {
+			return dir, nil
+		}
+	}
+	return "", fmt.Errorf("no cgroup2 hierarchy under /sys/fs/cgroup")
+}
+
+// removeCgroups removes dir and the cgroups below it, once their processes are gone.
+func removeCgroups(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			if err := removeCgroups(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	if err := os.Remove(dir); err != nil && !strings.Contains(err.Error(), "no such file") {
+		return err
+	}
+	return nil
+}
