@@ -36,8 +36,9 @@ type node struct {
 	// endpoint of kube-apiserver's own EndpointSlice. Inside the node it is a trap.
 	serviceBackend string
 
-	mu    sync.Mutex
-	agent *podrun.Started
+	mu       sync.Mutex
+	agent    *podrun.Started
+	operator *podrun.Started
 }
 
 // agentFlags are the settings a node here cannot take from the chart: its device, tunnel routing (no routes between
@@ -124,16 +125,9 @@ func (n *node) startAgent(ctx context.Context, pod *corev1.Pod, configMaps map[s
 		return err
 	}
 	dir := filepath.Join(envtest.Dir, "nodes", n.name)
-	clangDir := filepath.Join(dir, "bin")
-	if err := os.MkdirAll(clangDir, 0o755); err != nil {
-		return err
-	}
-	if err := os.Symlink(clang, filepath.Join(clangDir, "clang")); err != nil && !os.IsExist(err) {
-		return err
-	}
 	started, err := n.sandbox.Start(podrun.Container{
 		Pod: pod, Name: cilium.AgentContainerName, Node: n.name, Binary: binary, ConfigMaps: configMaps,
-		Token: token, CA: testenv.GardenerCertificates.CA.CertificatePEM, Args: agentFlags, Path: clangDir,
+		Token: token, CA: testenv.GardenerCertificates.CA.CertificatePEM, Args: agentFlags, Tools: map[string]string{"clang": clang},
 		Cgroup: n.cgroup,
 		Setup: []string{
 			// What the image and the chart's init containers give the agent, per node: a bpffs of its own, the node's
@@ -184,15 +178,40 @@ func (n *node) ready(ctx context.Context) (bool, error) {
 	return resp.StatusCode == http.StatusOK, nil
 }
 
-// stop ends the agent as kubelet does.
+// stop ends the node's Cilium processes as kubelet does.
 func (n *node) stop() {
 	n.mu.Lock()
-	agent := n.agent
-	n.agent = nil
+	processes := []*podrun.Started{n.agent, n.operator}
+	n.agent, n.operator = nil, nil
 	n.mu.Unlock()
-	if agent != nil {
-		agent.Stop(context.Background())
+	for _, p := range processes {
+		if p != nil {
+			p.Stop(context.Background())
+		}
 	}
+}
+
+// logTail is the end of the agent's log.
+func (n *node) logTail() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.agent == nil {
+		return ""
+	}
+	return n.agent.LogTail(40)
+}
+
+// kubeSystemConfigMaps are the ConfigMaps of Cilium's namespace by name, for the pods' env and volumes.
+func kubeSystemConfigMaps(ctx context.Context) (map[string]map[string]string, error) {
+	list := &corev1.ConfigMapList{}
+	if err := envtest.Client.List(ctx, list, client.InNamespace(cilium.Namespace)); err != nil {
+		return nil, err
+	}
+	out := map[string]map[string]string{}
+	for _, cm := range list.Items {
+		out[cm.Name] = cm.Data
+	}
+	return out, nil
 }
 
 var (
@@ -221,13 +240,9 @@ func startAgents(ctx context.Context) (map[string]*corev1.Pod, error) {
 	if err := envtest.Client.Get(ctx, client.ObjectKeyFromObject(agent), agent); err != nil {
 		return nil, err
 	}
-	configMaps := map[string]map[string]string{}
-	list := &corev1.ConfigMapList{}
-	if err := envtest.Client.List(ctx, list, client.InNamespace(cilium.Namespace)); err != nil {
+	configMaps, err := kubeSystemConfigMaps(ctx)
+	if err != nil {
 		return nil, err
-	}
-	for _, cm := range list.Items {
-		configMaps[cm.Name] = cm.Data
 	}
 	pods := map[string]*corev1.Pod{}
 	for _, name := range slices.Sorted(maps.Keys(nodes)) {

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumbin"
@@ -34,7 +35,12 @@ var (
 	nodes = map[string]*node{}
 	// cgroups is the cgroup2 directory under which every node has its own.
 	cgroups string
+	// clientHost is a host on the nodes' segment that is no node: a user, a kubelet of another cluster, a load test.
+	clientHost *podrun.Netns
 )
+
+// clientIP is the client's address on the nodes' segment.
+const clientIP = "10.0.3.100"
 
 func TestMain(m *testing.M) {
 	if _, err := os.Stat(clang); err != nil {
@@ -55,7 +61,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	code := testenv.RunSuite(m, fixtures.Shoot(true), setup)
+	code := testenv.RunSuite(m, fixtures.WithExposureConfig(fixtures.Shoot(true), fixtures.ExposureConfigL2), setup)
 	problems, err := before.leftovers(prefix, agent)
 	if err != nil {
 		problems = append(problems, err.Error())
@@ -87,13 +93,24 @@ func setup(ctx context.Context, e *testenv.Env) (func(), error) {
 		return nil, err
 	}
 	teardown := func() {
+		var stopping sync.WaitGroup
 		for _, n := range nodes {
-			n.stop()
+			stopping.Go(n.stop)
 		}
+		stopping.Wait()
 		network.close()
 		if err := removeCgroups(cgroups); err != nil {
 			fmt.Fprintf(os.Stderr, "removing %s: %v\n", cgroups, err)
 		}
+	}
+	if clientHost, err = network.attach("client", clientIP); err != nil {
+		teardown()
+		return nil, err
+	}
+	// The VIP is on the segment, as an L2-announced address must be: the client ARPs for it.
+	if err := clientHost.IP("route", "add", fixtures.ExposureVIP+"/32", "dev", "eth0"); err != nil {
+		teardown()
+		return nil, err
 	}
 	for i, name := range agentNodes {
 		n, err := newNode(ctx, name, i)

@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -159,8 +160,8 @@ type Container struct {
 	Env map[string]string
 	// Args are appended to the container's arguments (settings a node here cannot take from the chart).
 	Args []string
-	// Path is put before the PATH the container gets.
-	Path string
+	// Tools are programs the container finds first on its PATH: name -> path on the machine, outside /tmp.
+	Tools map[string]string
 	// Cgroup, if set, is a cgroup2 directory the container runs in, in a cgroup namespace of its own rooted there.
 	Cgroup string
 	// Setup are shell lines run in the container's mount namespace after its volumes are mounted.
@@ -195,6 +196,14 @@ func (s *Sandbox) Start(c Container) (*Started, error) {
 	}
 	container := containers[i]
 
+	if err := os.MkdirAll(filepath.Join(c.Dir, "bin"), 0o755); err != nil {
+		return nil, err
+	}
+	for name, target := range c.Tools {
+		if err := os.Symlink(target, filepath.Join(c.Dir, "bin", name)); err != nil && !os.IsExist(err) {
+			return nil, err
+		}
+	}
 	if err := writeFiles(filepath.Join(c.Dir, "serviceaccount"), map[string]string{
 		corev1.ServiceAccountTokenKey:     c.Token,
 		corev1.ServiceAccountRootCAKey:    string(c.CA),
@@ -295,8 +304,8 @@ func (s *Sandbox) Start(c Container) (*Started, error) {
 		cmd = s.ns.Command(inNamespaces[0], inNamespaces[1:]...)
 	}
 	path := "/usr/sbin:/usr/bin:/sbin:/bin"
-	if c.Path != "" {
-		path = c.Path + ":" + path
+	if len(c.Tools) > 0 {
+		path = filepath.Join(scratch, "bin") + ":" + path
 	}
 	cmd.Env = []string{"PATH=" + path}
 	for _, k := range slices.Sorted(maps.Keys(environment)) {
@@ -377,4 +386,59 @@ func expand(in []string, env map[string]string) []string {
 		})
 	}
 	return out
+}
+
+// Peers are the remote addresses (ip:port) of the container process's established TCP connections over IPv4, read from
+// its file descriptors and its network namespace's /proc/<pid>/net/tcp: the address pairs of its own connections,
+// not of other processes on the node.
+func (s *Started) Peers() ([]string, error) {
+	pid := strconv.Itoa(s.Pid())
+	fds, err := os.ReadDir(filepath.Join("/proc", pid, "fd"))
+	if err != nil {
+		return nil, err
+	}
+	inodes := map[string]bool{}
+	for _, fd := range fds {
+		if target, err := os.Readlink(filepath.Join("/proc", pid, "fd", fd.Name())); err == nil {
+			if inode, ok := strings.CutPrefix(target, "socket:["); ok {
+				inodes[strings.TrimSuffix(inode, "]")] = true
+			}
+		}
+	}
+	table, err := os.ReadFile(filepath.Join("/proc", pid, "net", "tcp"))
+	if err != nil {
+		return nil, err
+	}
+	var peers []string
+	for _, line := range strings.Split(string(table), "\n")[1:] {
+		// sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
+		f := strings.Fields(line)
+		if len(f) < 10 || f[3] != "01" || !inodes[f[9]] {
+			continue
+		}
+		addr, err := hexAddress(f[2])
+		if err != nil {
+			return nil, err
+		}
+		peers = append(peers, addr)
+	}
+	slices.Sort(peers)
+	return slices.Compact(peers), nil
+}
+
+// hexAddress decodes an IPv4 address:port of /proc/net/tcp (address in host byte order, little-endian here).
+func hexAddress(s string) (string, error) {
+	ipHex, portHex, ok := strings.Cut(s, ":")
+	if !ok || len(ipHex) != 8 {
+		return "", fmt.Errorf("not an IPv4 address in /proc/net/tcp: %q", s)
+	}
+	ip, err := strconv.ParseUint(ipHex, 16, 32)
+	if err != nil {
+		return "", err
+	}
+	port, err := strconv.ParseUint(portHex, 16, 16)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d.%d.%d.%d:%d", byte(ip), byte(ip>>8), byte(ip>>16), byte(ip>>24), port), nil
 }
