@@ -34,6 +34,9 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
 )
 
+// stoppedOnce are the nodes a test has stopped and started again.
+var stoppedOnce = map[string]bool{}
+
 // operatorNode runs the operator: its pod is admitted unscheduled, like every pod of a Deployment.
 const operatorNode = "worker-0"
 
@@ -57,9 +60,19 @@ func expose(t *testing.T) *extensionsv1alpha1.SelfHostedShootExposure {
 		if exposeErr = envtest.Client.Create(ctx, exp); exposeErr != nil {
 			return
 		}
-		exposeErr = envtest.WaitForLastOperation(ctx, exp, 3*time.Minute, func(op *gardencorev1beta1.LastOperation) bool {
+		if exposeErr = envtest.WaitForLastOperation(ctx, exp, 3*time.Minute, func(op *gardencorev1beta1.LastOperation) bool {
 			return op.State == gardencorev1beta1.LastOperationStateSucceeded
-		})
+		}); exposeErr != nil {
+			return
+		}
+		// An agent announces the VIP once it holds the lease.
+		if exposeErr = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			h, err := leaseHolder(ctx, exp)
+			return h != "", client.IgnoreNotFound(err)
+		}); exposeErr != nil {
+			exposeErr = fmt.Errorf("no node took the L2 announcement lease of the VIP: %w", exposeErr)
+			return
+		}
 		exposed = exp
 	})
 	if exposeErr != nil {
@@ -135,13 +148,9 @@ func TestVIP(t *testing.T) {
 		t.Fatalf("status.ingress %+v, want %s", exp.Status.Ingress, fixtures.ExposureVIP)
 	}
 	ctx := context.Background()
-	var holder string
-	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		h, err := leaseHolder(ctx, exp)
-		holder = h
-		return h != "", client.IgnoreNotFound(err)
-	}); err != nil {
-		t.Fatalf("no node holds the L2 announcement lease of the VIP: %v", err)
+	holder, err := leaseHolder(ctx, exp)
+	if err != nil {
+		t.Fatal(err)
 	}
 	var macs []string
 	if err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(context.Context) (bool, error) {
@@ -165,6 +174,16 @@ func TestVIP(t *testing.T) {
 	t.Logf("VIP %s announced by %s (%s); /readyz through it: %s", fixtures.ExposureVIP, holder, want, body)
 }
 
+// leaseDuration is the duration in the exposure's L2 announcement lease.
+func leaseDuration(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) time.Duration {
+	lease := &coordinationv1.Lease{}
+	key := client.ObjectKey{Namespace: cilium.Namespace, Name: "cilium-l2announce-" + exp.Namespace + "-" + resources.ServiceName(exp.Name)}
+	if err := envtest.Client.Get(ctx, key, lease); err != nil || lease.Spec.LeaseDurationSeconds == nil {
+		return 0
+	}
+	return time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second
+}
+
 // leaseHolder is the node that holds Cilium's L2 announcement lease of the exposure's Service
 // (pkg/l2announcer: cilium-l2announce-<namespace>-<name> in Cilium's namespace).
 func leaseHolder(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) (string, error) {
@@ -181,9 +200,19 @@ func leaseHolder(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExp
 
 var macPattern = regexp.MustCompile(`\[([0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5})\]`)
 
-// arp asks for ip from the client, as a host on the segment does, and returns the MAC addresses that answered.
+// arp asks for ip from the client three times, as a host on the segment does, and returns the MAC addresses that
+// answered.
 func arp(ip string) ([]string, error) {
-	out, err := exec.Command("ip", "netns", "exec", clientHost.Name(), "arping", "-c", "3", "-w", "4", "-I", "eth0", ip).CombinedOutput()
+	return arping(ip, "-c", "3", "-w", "4")
+}
+
+// arpOnce asks for ip once, waiting at most a second.
+func arpOnce(ip string) ([]string, error) {
+	return arping(ip, "-c", "1", "-w", "1")
+}
+
+func arping(ip string, args ...string) ([]string, error) {
+	out, err := exec.Command("ip", append([]string{"netns", "exec", clientHost.Name(), "arping", "-I", "eth0"}, append(args, ip)...)...).CombinedOutput()
 	if err != nil && len(out) == 0 {
 		return nil, fmt.Errorf("arping: %w", err)
 	}
@@ -235,4 +264,97 @@ func readyzThroughVIP(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("%s: %s", resp.Status, body)
 	}
 	return string(body), nil
+}
+
+// TestVIPFailover: the lease holder's node dies (its link and its agent); another control-plane node takes the lease
+// and answers ARP for the VIP, and HTTPS through the VIP works again. The times are logged (make bench reports them);
+// the node is started again afterwards.
+func TestVIPFailover(t *testing.T) {
+	exp := expose(t)
+	ctx := context.Background()
+	holder, err := leaseHolder(ctx, exp)
+	if err != nil || holder == "" {
+		t.Fatalf("no lease holder: %q, %v", holder, err)
+	}
+	dead := nodes[holder]
+	deadMAC, err := mac(dead.sandbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { restartNode(t, dead) })
+
+	stoppedOnce[holder] = true
+	// The node dies: its link goes down and its agent ends without a chance to hand over the lease.
+	if err := dead.sandbox.IP("link", "set", "eth0", "down"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	dead.kill()
+	// ARP and HTTPS are polled apart, each about every 200 ms with a short timeout, so that one's wait does not delay
+	// the other's measurement.
+	var arpAfter, httpsAfter time.Duration
+	var macs []string
+	var polls sync.WaitGroup
+	polls.Go(func() {
+		_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+			if macs, _ = arpOnce(fixtures.ExposureVIP); len(macs) > 0 && !slices.Contains(macs, deadMAC) {
+				arpAfter = time.Since(start)
+				return true, nil
+			}
+			return false, nil
+		})
+	})
+	polls.Go(func() {
+		_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			ctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			if _, err := readyzThroughVIP(ctx); err == nil {
+				httpsAfter = time.Since(start)
+				return true, nil
+			}
+			return false, nil
+		})
+	})
+	polls.Wait()
+	if arpAfter == 0 || httpsAfter == 0 {
+		t.Fatalf("after %s stopped, ARP answered by %v (%s after), HTTPS %s after", holder, macs, arpAfter, httpsAfter)
+	}
+	// The new holder's MAC, asked again: arpOnce waits for the first answer only.
+	if macs, err = arp(fixtures.ExposureVIP); err != nil {
+		t.Fatal(err)
+	}
+	newHolder, err := leaseHolder(ctx, exp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if newHolder == holder || !nodes[newHolder].controlPlane {
+		t.Errorf("the lease went from %s to %s", holder, newHolder)
+	}
+	if want, err := mac(nodes[newHolder].sandbox); err != nil || !slices.Equal(macs, []string{want}) {
+		t.Errorf("ARP answered by %v, want only the new holder %s's %s (%v)", macs, newHolder, want, err)
+	}
+	t.Logf("%s died: %s answers ARP for the VIP after %s, HTTPS through the VIP works after %s (lease duration %s)",
+		holder, newHolder, arpAfter.Round(100*time.Millisecond), httpsAfter.Round(100*time.Millisecond), leaseDuration(ctx, exp))
+}
+
+// restartNode brings a stopped node's link up and starts its agent again from the same admitted pod.
+func restartNode(t *testing.T, n *node) {
+	t.Helper()
+	ctx := context.Background()
+	if err := n.sandbox.IP("link", "set", "eth0", "up"); err != nil {
+		t.Error(err)
+		return
+	}
+	configMaps, err := kubeSystemConfigMaps(ctx)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	if err := n.startAgent(ctx, agentPods[n.name], configMaps); err != nil {
+		t.Error(err)
+		return
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 5*time.Minute, true, n.ready); err != nil {
+		t.Errorf("the agent on %s did not become ready again: %v\n%s", n.name, err, n.logTail())
+	}
 }

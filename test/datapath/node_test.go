@@ -179,14 +179,19 @@ func (n *node) ready(ctx context.Context) (bool, error) {
 }
 
 // stop ends the node's Cilium processes as kubelet does.
-func (n *node) stop() {
+func (n *node) stop() { n.end(func(p *podrun.Started) { p.Stop(context.Background()) }) }
+
+// kill ends the node's Cilium processes at once, as when the node dies.
+func (n *node) kill() { n.end(func(p *podrun.Started) { p.Kill() }) }
+
+func (n *node) end(how func(*podrun.Started)) {
 	n.mu.Lock()
 	processes := []*podrun.Started{n.agent, n.operator}
 	n.agent, n.operator = nil, nil
 	n.mu.Unlock()
 	for _, p := range processes {
 		if p != nil {
-			p.Stop(context.Background())
+			how(p)
 		}
 	}
 }

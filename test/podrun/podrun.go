@@ -118,6 +118,9 @@ func (s *Sandbox) Reached() map[string]int {
 // Endpoints are the sandbox's endpoints by address.
 func (s *Sandbox) Endpoints() map[string]*Endpoint { return maps.Clone(s.endpoints) }
 
+// IP runs `ip` with args inside the sandbox's network namespace.
+func (s *Sandbox) IP(args ...string) error { return s.ns.IP(args...) }
+
 // DialContext dials from inside the sandbox's network namespace.
 func (s *Sandbox) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	return s.ns.DialContext(ctx, network, addr)
