@@ -282,6 +282,9 @@ func TestVIPFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { restartNode(t, dead) })
+	if macs, err := arp(fixtures.ExposureVIP); err != nil || !slices.Equal(macs, []string{deadMAC}) {
+		t.Fatalf("before the failover, ARP for the VIP is answered by %v, want only the holder %s's %s (%v)", macs, holder, deadMAC, err)
+	}
 
 	stoppedOnce[holder] = true
 	// The node dies: its link goes down and its agent ends without a chance to hand over the lease.
@@ -357,4 +360,51 @@ func restartNode(t *testing.T, n *node) {
 	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 5*time.Minute, true, n.ready); err != nil {
 		t.Errorf("the agent on %s did not become ready again: %v\n%s", n.name, err, n.logTail())
 	}
+}
+
+// TestVIPWithOneAPIServerDown: one control-plane node's kube-apiserver stops while the node stays up. The VIP keeps
+// serving, but Cilium keeps sending a share of the new connections to the stopped kube-apiserver as long as the
+// exposure's EndpointSlice lists it as ready (the need for active health checking). The share is logged.
+func TestVIPWithOneAPIServerDown(t *testing.T) {
+	exp := expose(t)
+	ctx := context.Background()
+	holder, err := leaseHolder(ctx, exp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var down *node
+	for _, name := range slices.Sorted(maps.Keys(nodes)) {
+		if n := nodes[name]; n.controlPlane && name != holder {
+			down = n
+			break
+		}
+	}
+	addrs := []string{down.ip + ":443", podrun.LocalAPIServer}
+	for _, a := range addrs {
+		down.sandbox.SwitchOff(a)
+	}
+	t.Cleanup(func() {
+		for _, a := range addrs {
+			if err := down.sandbox.SwitchOn(a); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	const attempts = 30
+	made, failed := 0, 0
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		attempt, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		if _, err := readyzThroughVIP(attempt); err != nil {
+			failed++
+		}
+		made++
+		return made == attempts, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if failed == attempts {
+		t.Fatalf("no request through the VIP succeeded with %s's kube-apiserver down", down.name)
+	}
+	t.Logf("with %s's kube-apiserver down and its node up, %d of %d new connections through the VIP failed (3 backends)", down.name, failed, attempts)
 }
