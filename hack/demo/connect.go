@@ -125,35 +125,23 @@ func (d *demo) connections(ctx context.Context, rendered *ciliumchart.Objects, a
 func (d *demo) start(ctx context.Context, sandbox *podrun.Sandbox, r componentRun, configMaps map[string]map[string]string) ([]string, string, error) {
 	d.deleteOperatorLease(ctx)
 	sandbox.Reset()
-	containers := slices.Concat(r.pod.Spec.InitContainers, r.pod.Spec.Containers)
-	name, ok := ciliumbin.ForContainer(containers[slices.IndexFunc(containers, func(c corev1.Container) bool { return c.Name == r.container })])
-	if !ok {
-		return nil, "", fmt.Errorf("container %s runs no Cilium binary the demo has", r.container)
-	}
-	binary, err := ciliumbin.Path(name)
+	c, err := podrun.ForPod(ctx, d.env.Config, r.pod, r.container)
 	if err != nil {
 		return nil, "", err
 	}
-	token, err := podrun.Token(ctx, d.env.Config, r.pod)
-	if err != nil {
+	if c.Dir, err = os.MkdirTemp(d.env.Dir, "pod-"); err != nil {
 		return nil, "", err
 	}
-	dir, err := os.MkdirTemp(d.env.Dir, "pod-")
-	if err != nil {
-		return nil, "", err
-	}
-	started, err := sandbox.Start(podrun.Container{
-		Pod: r.pod, Name: r.container, Node: r.node, Binary: binary, ConfigMaps: configMaps,
-		Token: token, CA: testenv.GardenerCertificates.CA.CertificatePEM,
-		Dir: dir, LogPath: filepath.Join(d.env.Dir, "pods", r.node+"-"+r.container+".log"),
-	})
+	c.Node, c.ConfigMaps, c.LogPath = r.node, configMaps, filepath.Join(d.env.Dir, "pods", r.node+"-"+r.container+".log")
+	started, err := sandbox.Start(c)
 	if err != nil {
 		return nil, "", err
 	}
 	defer started.Stop(context.Background())
 
 	result := "ok: certificate verified, "
-	if name == ciliumbin.Dbg {
+	// cilium-dbg build-config finishes once it has written the configuration; the operator runs on.
+	if strings.HasPrefix(filepath.Base(c.Binary), ciliumbin.Dbg) {
 		select {
 		case <-started.Stopped():
 			if started.Err() != nil {

@@ -25,7 +25,6 @@ import (
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumbin"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumoperator"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
@@ -176,30 +175,19 @@ func run(t *testing.T, inst *installation, pod *corev1.Pod, container, node stri
 	sandbox.Reset()
 	storeConfig(t, inst.configMaps[cilium.ConfigMapName])
 
-	token, err := podrun.Token(ctx, envtest.Config, pod)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// cilium-config as the operator's config directory gets the serve addresses and what the operator would otherwise
 	// wait for or create, as ciliumoperator.Config sets them.
 	configMaps := maps.Clone(inst.configMaps)
 	configMaps[cilium.ConfigMapName] = maps.Clone(configMaps[cilium.ConfigMapName])
 	maps.Copy(configMaps[cilium.ConfigMapName], ciliumoperator.Config(9234, 9963))
 
-	i := slices.IndexFunc(slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers), func(c corev1.Container) bool { return c.Name == container })
-	name, ok := ciliumbin.ForContainer(slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers)[i])
-	if !ok {
-		t.Fatalf("container %s runs no Cilium binary this suite has", container)
-	}
-	binary, err := ciliumbin.Path(name)
+	c, err := podrun.ForPod(ctx, envtest.Config, pod, container)
 	if err != nil {
 		t.Fatal(err)
 	}
-	started, err := sandbox.Start(podrun.Container{
-		Pod: pod, Name: container, Node: node, Binary: binary, ConfigMaps: configMaps,
-		Token: token, CA: testenv.GardenerCertificates.CA.CertificatePEM, Env: env,
-		Dir: t.TempDir(), LogPath: filepath.Join(envtest.Dir, "connect", strings.ReplaceAll(t.Name(), "/", "_")+".log"),
-	})
+	c.Node, c.ConfigMaps, c.Env = node, configMaps, env
+	c.Dir, c.LogPath = t.TempDir(), filepath.Join(envtest.Dir, "connect", strings.ReplaceAll(t.Name(), "/", "_")+".log")
+	started, err := sandbox.Start(c)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,15 +26,13 @@ import (
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumbin"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumoperator"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
 )
 
-// stoppedOnce are the nodes a test has stopped and started again.
+// stoppedOnce are the nodes whose agent or kube-apiserver a test has stopped and started again.
 var stoppedOnce = map[string]bool{}
 
 // operatorNode runs the operator: its pod is admitted unscheduled, like every pod of a Deployment.
@@ -115,21 +113,14 @@ func startOperator(ctx context.Context) error {
 	// As in the connection suite: the operator's serve addresses, and Cilium's CRDs left as the test installed them.
 	configMaps[cilium.ConfigMapName] = maps.Clone(configMaps[cilium.ConfigMapName])
 	maps.Copy(configMaps[cilium.ConfigMapName], ciliumoperator.Config(9234, 9963))
-	binary, err := ciliumbin.Path(ciliumbin.Operator)
-	if err != nil {
-		return err
-	}
-	token, err := podrun.Token(ctx, envtest.Config, pod)
+	c, err := podrun.ForPod(ctx, envtest.Config, pod, "cilium-operator")
 	if err != nil {
 		return err
 	}
 	n := nodes[operatorNode]
 	dir := filepath.Join(envtest.Dir, "nodes", n.name, "operator")
-	operator, err := n.sandbox.Start(podrun.Container{
-		Pod: pod, Name: "cilium-operator", Node: n.name, Binary: binary, ConfigMaps: configMaps,
-		Token: token, CA: testenv.GardenerCertificates.CA.CertificatePEM,
-		Dir: dir, LogPath: filepath.Join(dir, "cilium-operator.log"),
-	})
+	c.Node, c.ConfigMaps, c.Dir, c.LogPath = n.name, configMaps, dir, filepath.Join(dir, "cilium-operator.log")
+	operator, err := n.sandbox.Start(c)
 	if err != nil {
 		return err
 	}
@@ -281,12 +272,17 @@ func TestVIPFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { restartNode(t, dead) })
-	if macs, err := arp(fixtures.ExposureVIP); err != nil || !slices.Equal(macs, []string{deadMAC}) {
-		t.Fatalf("before the failover, ARP for the VIP is answered by %v, want only the holder %s's %s (%v)", macs, holder, deadMAC, err)
+	var macs []string
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(context.Context) (bool, error) {
+		macs, err = arp(fixtures.ExposureVIP)
+		return slices.Equal(macs, []string{deadMAC}), err
+	}); err != nil {
+		t.Fatalf("before the failover, ARP for the VIP is answered by %v, want only the holder %s's %s: %v", macs, holder, deadMAC, err)
 	}
 
 	stoppedOnce[holder] = true
+	// restartNode stops whatever still runs on the node first, however far this test got.
+	t.Cleanup(func() { restartNode(t, dead) })
 	// The node dies: its link goes down and its agent ends without a chance to hand over the lease.
 	if err := dead.sandbox.IP("link", "set", "eth0", "down"); err != nil {
 		t.Fatal(err)
@@ -296,7 +292,6 @@ func TestVIPFailover(t *testing.T) {
 	// ARP and HTTPS are polled apart, each about every 200 ms with a short timeout, so that one's wait does not delay
 	// the other's measurement.
 	var arpAfter, httpsAfter time.Duration
-	var macs []string
 	var polls sync.WaitGroup
 	polls.Go(func() {
 		_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
@@ -340,10 +335,12 @@ func TestVIPFailover(t *testing.T) {
 		holder, newHolder, arpAfter.Round(100*time.Millisecond), httpsAfter.Round(100*time.Millisecond), leaseDuration(ctx, exp))
 }
 
-// restartNode brings a stopped node's link up and starts its agent again from the same admitted pod.
+// restartNode stops the node's agent if it still runs, brings its link up and starts its agent again from the same
+// admitted pod.
 func restartNode(t *testing.T, n *node) {
 	t.Helper()
 	ctx := context.Background()
+	n.stop()
 	if err := n.sandbox.IP("link", "set", "eth0", "up"); err != nil {
 		t.Error(err)
 		return
@@ -379,6 +376,7 @@ func TestVIPWithOneAPIServerDown(t *testing.T) {
 			break
 		}
 	}
+	stoppedOnce[down.name] = true
 	addrs := []string{down.ip + ":443", podrun.LocalAPIServer}
 	for _, a := range addrs {
 		down.sandbox.SwitchOff(a)

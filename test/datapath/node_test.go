@@ -19,11 +19,9 @@ import (
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumbin"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
 )
 
 // node is a shoot node: its namespaces, its kube-apiserver (control plane only) and its agent.
@@ -112,35 +110,28 @@ func newNode(ctx context.Context, name string, index int) (*node, error) {
 
 // startAgent runs the cilium-agent container of pod on the node.
 func (n *node) startAgent(ctx context.Context, pod *corev1.Pod, configMaps map[string]map[string]string) error {
-	binary, err := ciliumbin.Path(ciliumbin.Agent)
-	if err != nil {
-		return err
-	}
 	module, err := ciliumchart.ModuleDir(ciliumchart.GardenerVersion)
 	if err != nil {
 		return err
 	}
-	token, err := podrun.Token(ctx, envtest.Config, pod)
+	c, err := podrun.ForPod(ctx, envtest.Config, pod, cilium.AgentContainerName)
 	if err != nil {
 		return err
 	}
 	dir := filepath.Join(envtest.Dir, "nodes", n.name)
-	started, err := n.sandbox.Start(podrun.Container{
-		Pod: pod, Name: cilium.AgentContainerName, Node: n.name, Binary: binary, ConfigMaps: configMaps,
-		Token: token, CA: testenv.GardenerCertificates.CA.CertificatePEM, Args: agentFlags, Tools: map[string]string{"clang": clang},
-		Cgroup: n.cgroup,
-		Setup: []string{
-			// What the image and the chart's init containers give the agent, per node: a bpffs of its own, the node's
-			// cgroup2 subtree (the cgroup namespace's root) where socket load-balancing attaches, the BPF sources
-			// where the image has them, and kernel-wide sysctls it must not change.
-			"mount -t bpf bpf /sys/fs/bpf",
-			"mkdir -p /run/cilium/cgroupv2", "mount -t cgroup2 none /run/cilium/cgroupv2",
-			// The agent writes the kernel's feature headers into its BPF sources.
-			"mkdir -p /var/lib/cilium", "cp -r " + filepath.Join(module, "bpf") + " /var/lib/cilium/", "chmod -R u+w /var/lib/cilium/bpf",
-			"mount --bind /proc/sys/kernel /proc/sys/kernel", "mount -o remount,bind,ro /proc/sys/kernel",
-		},
-		Dir: filepath.Join(dir, "pod"), LogPath: filepath.Join(dir, "cilium-agent.log"),
-	})
+	c.Node, c.ConfigMaps, c.Args, c.Tools, c.Cgroup = n.name, configMaps, agentFlags, map[string]string{"clang": clang}, n.cgroup
+	c.Setup = []string{
+		// What the image and the chart's init containers give the agent, per node: a bpffs of its own, the node's
+		// cgroup2 subtree (the cgroup namespace's root) where socket load-balancing attaches, the BPF sources
+		// where the image has them, and kernel-wide sysctls it must not change.
+		"mount -t bpf bpf /sys/fs/bpf",
+		"mkdir -p /run/cilium/cgroupv2", "mount -t cgroup2 none /run/cilium/cgroupv2",
+		// The agent writes the kernel's feature headers into its BPF sources.
+		"mkdir -p /var/lib/cilium", "cp -r " + filepath.Join(module, "bpf") + " /var/lib/cilium/", "chmod -R u+w /var/lib/cilium/bpf",
+		"mount --bind /proc/sys/kernel /proc/sys/kernel", "mount -o remount,bind,ro /proc/sys/kernel",
+	}
+	c.Dir, c.LogPath = filepath.Join(dir, "pod"), filepath.Join(dir, "cilium-agent.log")
+	started, err := n.sandbox.Start(c)
 	if err != nil {
 		return err
 	}

@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumbin"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
 )
 
@@ -319,6 +320,33 @@ func (s *Sandbox) Start(c Container) (*Started, error) {
 		return nil, err
 	}
 	return &Started{Process: process, volumes: volumes}, nil
+}
+
+// ForPod is container name of pod as kubelet would start it from the cluster of config: the Cilium binary its command
+// runs (test/ciliumbin), a token of the pod's ServiceAccount, and the cluster CA of Gardener's certificates. The caller
+// adds the node, the ConfigMaps and the directories.
+func ForPod(ctx context.Context, config *rest.Config, pod *corev1.Pod, name string) (Container, error) {
+	containers := slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers)
+	i := slices.IndexFunc(containers, func(c corev1.Container) bool { return c.Name == name })
+	if i < 0 {
+		return Container{}, fmt.Errorf("pod %s has no container %s", pod.Name, name)
+	}
+	bin, ok := ciliumbin.ForContainer(containers[i])
+	if !ok {
+		return Container{}, fmt.Errorf("container %s of pod %s runs no Cilium binary this harness has", name, pod.Name)
+	}
+	binary, err := ciliumbin.Path(bin)
+	if err != nil {
+		return Container{}, err
+	}
+	token, err := Token(ctx, config, pod)
+	if err != nil {
+		return Container{}, err
+	}
+	if testenv.GardenerCertificates == nil {
+		return Container{}, fmt.Errorf("kube-apiserver serves no Gardener certificates (ServeAsShoot)")
+	}
+	return Container{Pod: pod, Name: name, Binary: binary, Token: token, CA: testenv.GardenerCertificates.CA.CertificatePEM}, nil
 }
 
 // Token is a token of pod's ServiceAccount, as the kubelet's projected service-account volume holds it.
