@@ -12,9 +12,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -25,7 +23,6 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumoperator"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
 )
 
 // componentRun is one Cilium container started from an admitted pod.
@@ -46,7 +43,7 @@ func (d *demo) connections(ctx context.Context, rendered *ciliumchart.Objects, a
 		return nil, nil
 	}
 	sandbox := d.sandbox
-	defer d.deleteOperatorLease(ctx)
+	defer ciliumoperator.FreeLease(ctx, d.env.Client)
 
 	var runs []componentRun
 	for _, node := range slices.Sorted(maps.Keys(agentPods)) {
@@ -123,7 +120,7 @@ func (d *demo) connections(ctx context.Context, rendered *ciliumchart.Objects, a
 // start runs r until it has done its job (build-config wrote the agent's configuration; the operator leads) and
 // returns the addresses it reached and the outcome.
 func (d *demo) start(ctx context.Context, sandbox *podrun.Sandbox, r componentRun, configMaps map[string]map[string]string) ([]string, string, error) {
-	d.deleteOperatorLease(ctx)
+	ciliumoperator.FreeLease(ctx, d.env.Client)
 	sandbox.Reset()
 	c, err := podrun.ForPod(ctx, d.env.Config, r.pod, r.container)
 	if err != nil {
@@ -152,28 +149,12 @@ func (d *demo) start(ctx context.Context, sandbox *podrun.Sandbox, r componentRu
 			return nil, "did not finish within a minute, log " + started.LogPath(), nil
 		}
 	} else {
-		if err := testenv.WaitFor(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
-			select {
-			case <-started.Stopped():
-				return false, fmt.Errorf("stopped: %v", started.Err())
-			default:
-			}
-			lease := &coordinationv1.Lease{}
-			if err := d.env.Client.Get(ctx, client.ObjectKey{Namespace: cilium.Namespace, Name: "cilium-operator-resource-lock"}, lease); err != nil {
-				return false, client.IgnoreNotFound(err)
-			}
-			return lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != "", nil
-		}); err != nil {
+		if err := ciliumoperator.WaitUntilLeading(ctx, d.env.Client, started.Process); err != nil {
 			return nil, fmt.Sprintf("did not lead: %v, log %s", err, started.LogPath()), nil
 		}
 		result += "leading"
 	}
 	return slices.Sorted(maps.Keys(sandbox.Reached())), result, nil
-}
-
-// deleteOperatorLease frees the operator's leader lease, so that the next operator leads at once.
-func (d *demo) deleteOperatorLease(ctx context.Context) {
-	_ = d.env.Client.Delete(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: cilium.Namespace, Name: "cilium-operator-resource-lock"}})
 }
 
 // server is where the container's environment points Cilium: a kubeconfig's server and TLS server name (with several

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
@@ -113,13 +114,37 @@ func (o *Operator) waitUntilLeading(ctx context.Context, c client.Client, apiPor
 		if resp.StatusCode != http.StatusOK {
 			return false, fmt.Errorf("%s: %s", healthz, resp.Status)
 		}
-		lease := &coordinationv1.Lease{}
-		if err := c.Get(ctx, client.ObjectKey{Namespace: cilium.Namespace, Name: leaseName}, lease); err != nil {
-			return false, err
-		}
-		if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
-			return false, errors.New("no leader yet")
+		if leading, err := Leading(ctx, c); !leading {
+			return false, errors.Join(errors.New("no leader yet"), err)
 		}
 		return true, nil
 	})
+}
+
+// Leading tells whether an operator holds the leader lease, which it takes only over a working, verified connection
+// with its own credentials.
+func Leading(ctx context.Context, c client.Reader) (bool, error) {
+	lease := &coordinationv1.Lease{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: cilium.Namespace, Name: leaseName}, lease); err != nil {
+		return false, err
+	}
+	return lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != "", nil
+}
+
+// WaitUntilLeading waits until an operator holds the leader lease, failing at once when p, the operator being
+// waited for, has ended.
+func WaitUntilLeading(ctx context.Context, c client.Reader, p *testenv.Process) error {
+	return testenv.WaitFor(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
+		select {
+		case <-p.Stopped():
+			return false, fmt.Errorf("cilium-operator stopped: %v", p.Err())
+		default:
+		}
+		return Leading(ctx, c)
+	})
+}
+
+// FreeLease deletes the leader lease, so that the next operator leads at once instead of waiting out a stopped one's.
+func FreeLease(ctx context.Context, c client.Client) {
+	_ = c.Delete(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: cilium.Namespace, Name: leaseName}})
 }

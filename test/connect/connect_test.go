@@ -15,7 +15,6 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -171,7 +170,7 @@ func admitted(t *testing.T, pod *corev1.Pod) *corev1.Pod {
 func run(t *testing.T, inst *installation, pod *corev1.Pod, container, node string, env map[string]string) *podrun.Started {
 	t.Helper()
 	ctx := context.Background()
-	_ = envtest.Client.Delete(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: cilium.Namespace, Name: "cilium-operator-resource-lock"}})
+	ciliumoperator.FreeLease(ctx, envtest.Client)
 	sandbox.Reset()
 	storeConfig(t, inst.configMaps[cilium.ConfigMapName])
 
@@ -217,18 +216,7 @@ func storeConfig(t *testing.T, data map[string]string) {
 // connection with its own token.
 func waitUntilLeading(t *testing.T, p *podrun.Started) {
 	t.Helper()
-	if err := testenv.WaitFor(context.Background(), 2*time.Minute, func(ctx context.Context) (bool, error) {
-		select {
-		case <-p.Stopped():
-			return false, fmt.Errorf("cilium-operator stopped: %v", p.Err())
-		default:
-		}
-		lease := &coordinationv1.Lease{}
-		if err := envtest.Client.Get(ctx, client.ObjectKey{Namespace: cilium.Namespace, Name: "cilium-operator-resource-lock"}, lease); err != nil {
-			return false, err
-		}
-		return lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != "", nil
-	}); err != nil {
+	if err := ciliumoperator.WaitUntilLeading(context.Background(), envtest.Client, p.Process); err != nil {
 		t.Fatalf("the operator did not connect and lead: %v", err)
 	}
 }
@@ -410,9 +398,8 @@ func TestBareInternalIPsFailVerification(t *testing.T) {
 	}); err != nil {
 		t.Errorf("the operator did not keep rotating over the control-plane addresses: %v", err)
 	}
-	lease := &coordinationv1.Lease{}
-	if err := envtest.Client.Get(context.Background(), client.ObjectKey{Namespace: cilium.Namespace, Name: "cilium-operator-resource-lock"}, lease); !apierrors.IsNotFound(err) {
-		t.Errorf("the operator with bare IPs got a lease: %v %+v", err, lease.Spec.HolderIdentity)
+	if leading, err := ciliumoperator.Leading(context.Background(), envtest.Client); !apierrors.IsNotFound(err) {
+		t.Errorf("the operator with bare IPs got a lease: leading %v, %v", leading, err)
 	}
 	// Why: Go verifies an IP host against the certificate's IP SANs, as Cilium's client does for a bare-IP URL.
 	roots := x509.NewCertPool()

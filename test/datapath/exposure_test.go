@@ -165,26 +165,28 @@ func TestVIP(t *testing.T) {
 	t.Logf("VIP %s announced by %s (%s); /readyz through it: %s", fixtures.ExposureVIP, holder, want, body)
 }
 
-// leaseDuration is the duration in the exposure's L2 announcement lease.
-func leaseDuration(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) time.Duration {
+// announcementLease is Cilium's L2 announcement lease of the exposure's Service (pkg/l2announcer:
+// cilium-l2announce-<namespace>-<name> in Cilium's namespace).
+func announcementLease(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) (*coordinationv1.Lease, error) {
 	lease := &coordinationv1.Lease{}
 	key := client.ObjectKey{Namespace: cilium.Namespace, Name: "cilium-l2announce-" + exp.Namespace + "-" + resources.ServiceName(exp.Name)}
-	if err := envtest.Client.Get(ctx, key, lease); err != nil || lease.Spec.LeaseDurationSeconds == nil {
+	return lease, envtest.Client.Get(ctx, key, lease)
+}
+
+// leaseDuration is the duration in the exposure's L2 announcement lease.
+func leaseDuration(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) time.Duration {
+	lease, err := announcementLease(ctx, exp)
+	if err != nil || lease.Spec.LeaseDurationSeconds == nil {
 		return 0
 	}
 	return time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second
 }
 
-// leaseHolder is the node that holds Cilium's L2 announcement lease of the exposure's Service
-// (pkg/l2announcer: cilium-l2announce-<namespace>-<name> in Cilium's namespace).
+// leaseHolder is the node that holds the exposure's L2 announcement lease.
 func leaseHolder(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) (string, error) {
-	lease := &coordinationv1.Lease{}
-	key := client.ObjectKey{Namespace: cilium.Namespace, Name: "cilium-l2announce-" + exp.Namespace + "-" + resources.ServiceName(exp.Name)}
-	if err := envtest.Client.Get(ctx, key, lease); err != nil {
+	lease, err := announcementLease(ctx, exp)
+	if err != nil || lease.Spec.HolderIdentity == nil {
 		return "", err
-	}
-	if lease.Spec.HolderIdentity == nil {
-		return "", nil
 	}
 	return *lease.Spec.HolderIdentity, nil
 }
