@@ -116,6 +116,9 @@ func (s *Sandbox) Reached() map[string]int {
 	return out
 }
 
+// Netns is the sandbox's network namespace.
+func (s *Sandbox) Netns() *Netns { return s.ns }
+
 // Endpoints are the sandbox's endpoints by address.
 func (s *Sandbox) Endpoints() map[string]*Endpoint { return maps.Clone(s.endpoints) }
 

@@ -1,4 +1,4 @@
-package datapath
+package ciliumnodes
 
 import (
 	"fmt"
@@ -9,10 +9,10 @@ import (
 	"strings"
 )
 
-// hostState is what an agent could change on the machine when its isolation fails: kernel-wide sysctls, the host's
+// HostState is what an agent could change on the machine when its isolation fails: kernel-wide sysctls, the host's
 // network namespace (links, iptables rules), mounts, the cgroup2 root and Cilium's runtime directory. Other suites of
 // `go test ./...` run at the same time in their own namespaces and change none of it.
-type hostState struct {
+type HostState struct {
 	sysctls      map[string]string
 	links        string
 	iptables     string
@@ -26,8 +26,9 @@ var hostSysctls = []string{
 	"net/core/bpf_jit_enable",
 }
 
-func snapshotHost() (*hostState, error) {
-	s := &hostState{sysctls: map[string]string{}}
+// SnapshotHost records the machine's state, for Leftovers.
+func SnapshotHost() (*HostState, error) {
+	s := &HostState{sysctls: map[string]string{}}
 	for _, k := range hostSysctls {
 		b, err := os.ReadFile(filepath.Join("/proc/sys", k))
 		if err != nil {
@@ -81,8 +82,8 @@ func snapshotHost() (*hostState, error) {
 }
 
 // leftovers compares the machine with the state before the suite, and lists namespaces and processes of the suite's.
-func (before *hostState) leftovers(prefix, agentBinary string) ([]string, error) {
-	after, err := snapshotHost()
+func (before *HostState) Leftovers(prefix, agentBinary string) ([]string, error) {
+	after, err := SnapshotHost()
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package datapath
+package ciliumnodes
 
 import (
 	"fmt"

@@ -1,0 +1,158 @@
+// Package ciliumnodes runs Cilium's real agents, built from the cilium module, on nodes that are network namespaces on
+// a bridge, exactly as the pods the webhook admitted would run them, for the datapath suite, the demo and the bench.
+//
+// Each node has its own network, mount and cgroup namespaces (../shared/notes/datapath.md has why each is needed so
+// that an agent changes nothing outside its node): eth0 on the bridge with the node's InternalIP, a fresh bpffs, a
+// cgroup2 subtree of its own for socket load-balancing, /proc/sys/kernel read-only, and what kubelet gives the pod
+// (test/podrun). "kube-apiserver on each control-plane node" is a proxy at the node's InternalIP:443 and at
+// localhost:443 inside it, in front of the test's kube-apiserver, whose certificate is made as Gardener makes it
+// (podrun.ServeAsShoot). Whatever reaches the `kubernetes` Service's backend address inside a node (where Cilium's
+// kube-proxy replacement sends a connection to the ClusterIP) is counted, and so is every packet a node sends to the
+// ClusterIP or the VIP untranslated (Attempts).
+package ciliumnodes
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
+)
+
+// Clang is the compiler the agent finds on its PATH: Cilium needs LLVM >= 18.1 (Debian bookworm's default is 14).
+const Clang = "/usr/lib/llvm-19/bin/clang"
+
+// ClientIP is the address of the client on the nodes' segment: a host that is no node (a user, a kubelet of another
+// cluster, a load test).
+const ClientIP = "10.0.3.100"
+
+// OperatorNode runs the operator: its pod is admitted unscheduled, like every pod of a Deployment.
+const OperatorNode = "worker-0"
+
+// NodeNames are the fixture nodes that get a namespace and an agent: the three control-plane nodes and a worker.
+var NodeNames = []string{"cp-0", "cp-1", "cp-2", "worker-0"}
+
+// Available says why agents cannot run on this machine, or nil when they can.
+func Available() error {
+	if os.Getuid() != 0 {
+		return fmt.Errorf("agents need root for network namespaces, BPF and cgroups")
+	}
+	if _, err := os.Stat(Clang); err != nil {
+		return fmt.Errorf("the agent compiles its BPF programs with %s (apt-get install clang-19 llvm-19): %w", Clang, err)
+	}
+	return nil
+}
+
+// Cluster is the shoot's nodes with their agents, the client and the operator.
+type Cluster struct {
+	env     *testenv.Env
+	lan     *lan
+	cgroups string
+	// Client is the client's network namespace.
+	Client *podrun.Netns
+	nodes  map[string]*Node
+
+	mu        sync.Mutex
+	installed map[Chart]*installation
+	// running is what the agents run, nil before Run.
+	running *Agents
+	exposed *extensionsv1alpha1.SelfHostedShootExposure
+	// disturbed are the nodes whose agent or kube-apiserver was stopped and started again.
+	disturbed map[string]bool
+}
+
+// New plugs a namespace per node of NodeNames and one for the client into a new bridge, and starts each control-plane
+// node's kube-apiserver. prefix names what it creates on the machine (namespaces, a cgroup); Close removes it all.
+func New(ctx context.Context, env *testenv.Env, prefix string) (*Cluster, error) {
+	root, err := cgroup2Root()
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{env: env, cgroups: filepath.Join(root, "cilium-datapath-"+prefix), nodes: map[string]*Node{}, installed: map[Chart]*installation{}, disturbed: map[string]bool{}}
+	if err := os.Mkdir(c.cgroups, 0o755); err != nil {
+		return nil, err
+	}
+	if c.lan, err = newLAN(prefix); err != nil {
+		c.Close()
+		return nil, err
+	}
+	if c.Client, err = c.lan.attach("client", ClientIP); err != nil {
+		c.Close()
+		return nil, err
+	}
+	// The VIP is on the segment, as an L2-announced address must be: the client ARPs for it.
+	if err := c.Client.IP("route", "add", fixtures.ExposureVIP+"/32", "dev", "eth0"); err != nil {
+		c.Close()
+		return nil, err
+	}
+	for i, name := range NodeNames {
+		n, err := c.newNode(ctx, name, i)
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("node %s: %w", name, err)
+		}
+		c.nodes[name] = n
+	}
+	return c, nil
+}
+
+// Close stops every process on the nodes and removes the namespaces, links and cgroups.
+func (c *Cluster) Close() {
+	var stopping sync.WaitGroup
+	for _, n := range c.nodes {
+		stopping.Go(n.Stop)
+	}
+	stopping.Wait()
+	for _, n := range c.nodes {
+		n.sandbox.Close()
+	}
+	if c.lan != nil {
+		c.lan.close()
+	}
+	if err := removeCgroups(c.cgroups); err != nil {
+		fmt.Fprintf(os.Stderr, "removing %s: %v\n", c.cgroups, err)
+	}
+}
+
+// Disturbed says whether the node's agent or kube-apiserver was stopped and started again.
+func (c *Cluster) Disturbed(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.disturbed[name]
+}
+
+func (c *Cluster) disturb(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.disturbed[name] = true
+}
+
+// Node is the node of that name.
+func (c *Cluster) Node(name string) *Node { return c.nodes[name] }
+
+// Nodes are the nodes, sorted by name.
+func (c *Cluster) Nodes() []*Node {
+	out := make([]*Node, 0, len(c.nodes))
+	for _, name := range slices.Sorted(maps.Keys(c.nodes)) {
+		out = append(out, c.nodes[name])
+	}
+	return out
+}
+
+// NodeByIP is the node whose InternalIP is ip, or nil.
+func (c *Cluster) NodeByIP(ip string) *Node {
+	for _, n := range c.nodes {
+		if n.IP == ip {
+			return n
+		}
+	}
+	return nil
+}

@@ -1,0 +1,335 @@
+package ciliumnodes
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumbin"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
+)
+
+// Node is a shoot node: its namespaces, its kube-apiserver (control plane only) and its agent.
+type Node struct {
+	Name, IP     string
+	ControlPlane bool
+	sandbox      *podrun.Sandbox
+	cgroup       string
+	// serviceBackend is where Cilium's kube-proxy replacement sends a connection to the `kubernetes` ClusterIP: the
+	// endpoint of kube-apiserver's own EndpointSlice. Inside the node it is a trap.
+	serviceBackend string
+
+	mu       sync.Mutex
+	agent    *podrun.Started
+	operator *podrun.Started
+}
+
+// agentFlags are the settings a node here cannot take from the chart: its device, tunnel routing (no routes between
+// the nodes' pod CIDRs), no CNI, health checking, Hubble or L7 proxy (no kubelet, no pods, no Envoy), and /proc for the
+// chart's /host/proc (a hostPath of the node's /proc: here the agent's own /proc is the node's, since /proc/sys/net
+// follows the reader's network namespace and /proc/sys/kernel is read-only). Everything else, kube-proxy replacement
+// and L2 announcements included, comes from cilium-config as the chart renders it.
+var agentFlags = []string{
+	"--procfs=/proc",
+	"--devices=eth0", "--routing-mode=tunnel", "--tunnel-protocol=vxlan", "--ipam=kubernetes", "--enable-ipv6=false",
+	"--enable-health-checking=false", "--enable-endpoint-health-checking=false",
+	"--enable-hubble=false", "--enable-l7-proxy=false", "--external-envoy-proxy=false", "--cni-exclusive=false",
+	"--write-cni-conf-when-ready=", "--prometheus-serve-addr=",
+}
+
+// healthPort is the agent's health API port in Gardener's chart (global.agent.healthPort), probed by kubelet inside
+// the node's network namespace.
+const healthPort = "9879"
+
+func (c *Cluster) newNode(ctx context.Context, name string, index int) (*Node, error) {
+	obj := &corev1.Node{}
+	if err := c.env.Client.Get(ctx, client.ObjectKey{Name: name}, obj); err != nil {
+		return nil, err
+	}
+	n := &Node{Name: name, ControlPlane: apiserverendpoints.IsControlPlaneNode(obj)}
+	for _, a := range obj.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			n.IP = a.Address
+		}
+	}
+	// ipam=kubernetes takes the node's pod CIDR from the Node, as kube-controller-manager would have set it.
+	obj.Spec.PodCIDR = fmt.Sprintf("10.200.%d.0/24", index)
+	obj.Spec.PodCIDRs = []string{obj.Spec.PodCIDR}
+	if err := c.env.Client.Update(ctx, obj); err != nil {
+		return nil, err
+	}
+
+	ns, err := c.lan.attach(name, n.IP)
+	if err != nil {
+		return nil, err
+	}
+	apiServer, err := url.Parse(c.env.Config.Host)
+	if err != nil {
+		return nil, err
+	}
+	slice := &discoveryv1.EndpointSlice{}
+	if err := c.env.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: "kubernetes"}, slice); err != nil {
+		return nil, err
+	}
+	if len(slice.Endpoints) == 0 || len(slice.Endpoints[0].Addresses) == 0 || len(slice.Ports) == 0 {
+		return nil, fmt.Errorf("the kubernetes EndpointSlice has no endpoint: %+v", slice)
+	}
+	n.serviceBackend = fmt.Sprintf("%s:%d", slice.Endpoints[0].Addresses[0], *slice.Ports[0].Port)
+	if err := ns.IP("addr", "add", slice.Endpoints[0].Addresses[0]+"/32", "dev", "lo"); err != nil {
+		return nil, err
+	}
+	if err := countAttempts(ns); err != nil {
+		return nil, err
+	}
+	addresses := map[string]string{n.serviceBackend: ""}
+	if n.ControlPlane {
+		addresses[n.IP+":443"] = apiServer.Host
+		addresses[podrun.LocalAPIServer] = apiServer.Host
+	}
+	if n.sandbox, err = podrun.Attach(ns, podrun.Network{
+		Name: ns.Name(), APIServer: apiServer.Host, ControlPlaneIPs: fixtures.ControlPlaneIPs,
+		ClusterIP: podrun.ClusterIP, VIP: fixtures.ExposureVIP, ExternalName: ciliumchart.ExternalHost,
+	}, addresses); err != nil {
+		return nil, err
+	}
+	n.cgroup = filepath.Join(c.cgroups, name)
+	return n, os.Mkdir(n.cgroup, 0o755)
+}
+
+// restart stops the node's agent if it runs, brings its link up and starts the agent from pod.
+func (n *Node) restart(ctx context.Context, env *testenv.Env, pod *corev1.Pod, configMaps map[string]map[string]string, lease *LeaseTimings) error {
+	n.mu.Lock()
+	agent := n.agent
+	n.agent = nil
+	n.mu.Unlock()
+	if agent != nil {
+		agent.Stop(ctx)
+	}
+	if err := n.SetLink(true); err != nil {
+		return err
+	}
+	return n.startAgent(ctx, env, pod, configMaps, lease)
+}
+
+// running says whether an agent runs on the node.
+func (n *Node) running() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.agent == nil {
+		return false
+	}
+	select {
+	case <-n.agent.Stopped():
+		return false
+	default:
+		return true
+	}
+}
+
+// startAgent runs the cilium-agent container of pod on the node, with lease timings overriding cilium-config's when
+// not nil.
+func (n *Node) startAgent(ctx context.Context, env *testenv.Env, pod *corev1.Pod, configMaps map[string]map[string]string, lease *LeaseTimings) error {
+	module, err := ciliumchart.ModuleDir(ciliumchart.GardenerVersion)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(env.Dir, "nodes", n.Name)
+	if err := n.runInitContainers(ctx, env, pod, configMaps, dir); err != nil {
+		return err
+	}
+	c, err := podrun.ForPod(ctx, env.Config, pod, cilium.AgentContainerName)
+	if err != nil {
+		return err
+	}
+	c.Node, c.ConfigMaps, c.Args, c.Tools, c.Cgroup = n.Name, configMaps, slices.Concat(agentFlags, lease.flags()), map[string]string{"clang": Clang}, n.cgroup
+	c.Setup = []string{
+		// What the image and the chart's init containers give the agent, per node: a bpffs of its own, the node's
+		// cgroup2 subtree (the cgroup namespace's root) where socket load-balancing attaches, the BPF sources
+		// where the image has them, and kernel-wide sysctls it must not change.
+		"mount -t bpf bpf /sys/fs/bpf",
+		"mkdir -p /run/cilium/cgroupv2", "mount -t cgroup2 none /run/cilium/cgroupv2",
+		// The agent writes the kernel's feature headers into its BPF sources.
+		"mkdir -p /var/lib/cilium", "cp -r " + filepath.Join(module, "bpf") + " /var/lib/cilium/", "chmod -R u+w /var/lib/cilium/bpf",
+		"mount --bind /proc/sys/kernel /proc/sys/kernel", "mount -o remount,bind,ro /proc/sys/kernel",
+	}
+	c.Dir, c.LogPath = filepath.Join(dir, "pod"), filepath.Join(dir, "cilium-agent.log")
+	started, err := n.sandbox.Start(c)
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	n.agent = started
+	n.mu.Unlock()
+	return nil
+}
+
+// runInitContainers runs the pod's init containers that run a Cilium binary, in order and each to its end, as
+// kubelet does before the agent starts: upstream's chart builds the agent's configuration directory so (`cilium-dbg
+// build-config`, which reads cilium-config and CiliumNodeConfigs from kube-apiserver). The others prepare the node
+// (mounts, sysctls, CNI binaries), which the agent's Setup does here.
+func (n *Node) runInitContainers(ctx context.Context, env *testenv.Env, pod *corev1.Pod, configMaps map[string]map[string]string, dir string) error {
+	for _, ic := range pod.Spec.InitContainers {
+		if _, ok := ciliumbin.ForContainer(ic); !ok {
+			continue
+		}
+		c, err := podrun.ForPod(ctx, env.Config, pod, ic.Name)
+		if err != nil {
+			return err
+		}
+		c.Node, c.ConfigMaps, c.Dir, c.LogPath = n.Name, configMaps, filepath.Join(dir, "pod"), filepath.Join(dir, ic.Name+".log")
+		started, err := n.sandbox.Start(c)
+		if err != nil {
+			return err
+		}
+		select {
+		case <-started.Stopped():
+		case <-time.After(time.Minute):
+			started.Kill()
+			return fmt.Errorf("init container %s did not finish within a minute", ic.Name)
+		}
+		if err := started.Err(); err != nil {
+			return fmt.Errorf("init container %s: %w\n%s", ic.Name, err, started.LogTail(20))
+		}
+	}
+	return nil
+}
+
+// Ready probes the agent as kubelet's readiness probe in Cilium's charts does: GET /healthz with `brief: true` on
+// 127.0.0.1:<healthPort> inside the node. An agent that has exited is an error.
+func (n *Node) Ready(ctx context.Context) (bool, error) {
+	n.mu.Lock()
+	agent := n.agent
+	n.mu.Unlock()
+	if agent == nil {
+		return false, fmt.Errorf("no agent runs on %s", n.Name)
+	}
+	select {
+	case <-agent.Stopped():
+		return false, fmt.Errorf("the agent on %s stopped: %v\n%s", n.Name, agent.Err(), agent.LogTail(30))
+	default:
+	}
+	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: n.sandbox.DialContext}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:"+healthPort+"/healthz", nil)
+	if err != nil {
+		return false, err
+	}
+	req.Header.Set("brief", "true")
+	resp, err := c.Do(req)
+	if err != nil {
+		return false, nil
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK, nil
+}
+
+// WaitUntilReady waits until the agent passes its readiness probe.
+func (n *Node) WaitUntilReady(ctx context.Context) error {
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 5*time.Minute, true, n.Ready); err != nil {
+		return fmt.Errorf("the agent on %s did not become ready: %w\n%s", n.Name, err, n.LogTail())
+	}
+	return nil
+}
+
+// Stop ends the node's Cilium processes as kubelet does.
+func (n *Node) Stop() { n.end(func(p *podrun.Started) { p.Stop(context.Background()) }) }
+
+// Kill ends the node's Cilium processes at once, as when the node dies.
+func (n *Node) Kill() { n.end(func(p *podrun.Started) { p.Kill() }) }
+
+func (n *Node) end(how func(*podrun.Started)) {
+	n.mu.Lock()
+	processes := []*podrun.Started{n.agent, n.operator}
+	n.agent, n.operator = nil, nil
+	n.mu.Unlock()
+	for _, p := range processes {
+		if p != nil {
+			how(p)
+		}
+	}
+}
+
+// LogTail is the end of the agent's log.
+func (n *Node) LogTail() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.agent == nil {
+		return ""
+	}
+	return n.agent.LogTail(40)
+}
+
+// APIServerPeers are the kube-apiserver addresses (port 443) the agent is connected to, by the address pairs of its
+// own sockets: after socket load-balancing, the backend it reached.
+func (n *Node) APIServerPeers() ([]string, error) {
+	n.mu.Lock()
+	agent := n.agent
+	n.mu.Unlock()
+	if agent == nil {
+		return nil, fmt.Errorf("no agent runs on %s", n.Name)
+	}
+	all, err := agent.Peers()
+	// Port 443: every kube-apiserver address (the control-plane nodes, localhost, the ClusterIP, the VIP); the
+	// others are the probes and clients of the agent's own servers.
+	return slices.DeleteFunc(all, func(p string) bool { return !strings.HasSuffix(p, ":443") }), err
+}
+
+// ServiceBackendHits counts the connections that reached the `kubernetes` Service's backend inside the node: where a
+// connection to the ClusterIP leads once the agent's socket load-balancing translates it.
+func (n *Node) ServiceBackendHits() int {
+	ep, _ := n.sandbox.Endpoint(n.serviceBackend)
+	return ep.Count()
+}
+
+// SwitchAPIServer stops or starts the node's kube-apiserver (InternalIP:443 and localhost:443), the node staying up.
+func (n *Node) SwitchAPIServer(on bool) error {
+	for _, a := range []string{n.IP + ":443", podrun.LocalAPIServer} {
+		if !on {
+			n.sandbox.SwitchOff(a)
+		} else if err := n.sandbox.SwitchOn(a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SetLink brings the node's eth0 up or down.
+func (n *Node) SetLink(up bool) error {
+	state := "down"
+	if up {
+		state = "up"
+	}
+	return n.sandbox.IP("link", "set", "eth0", state)
+}
+
+// MAC is the MAC address of the node's eth0.
+func (n *Node) MAC() (string, error) {
+	out, err := exec.Command("ip", "-n", n.sandbox.Name, "-o", "link", "show", "eth0").Output()
+	if err != nil {
+		return "", err
+	}
+	f := strings.Fields(string(out))
+	for i, w := range f {
+		if w == "link/ether" && i+1 < len(f) {
+			return strings.ToLower(f[i+1]), nil
+		}
+	}
+	return "", fmt.Errorf("no MAC in %q", out)
+}
