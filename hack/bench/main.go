@@ -21,7 +21,6 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumoperator"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/webhook/apiserveraccess"
 )
 
 var (
@@ -36,7 +35,8 @@ func main() {
 	out := flag.String("out", "bench/results", "where to write the results")
 	version := flag.String("cilium-version", "1.19.7", "the Cilium chart and operator")
 	rerender := flag.String("render", "", "only write the Markdown of an earlier JSON result")
-	flag.StringVar(&only, "sections", "1,2,3,4", "the sections to run (5, memory, comes with 3 and 4)")
+	flag.StringVar(&only, "sections", "1,2,3,4,6", "the sections to run (5, memory, comes with 3 and 4)")
+	failovers := flag.Int("failovers", 5, "how many failovers section 6 measures per lease timing")
 	flag.StringVar(&profileDir, "profile", "", "write CPU profiles of kube-apiserver during sections 3 and 4 here")
 	floorsDir := flag.String("serve-floors", "", "internal: serve section 3's floor webhooks, writing their URL and CA into this directory")
 	flag.Parse()
@@ -62,7 +62,7 @@ func main() {
 	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 
 	r := &report{Date: time.Now().UTC().Format("2006-01-02 15:04 MST"), Machine: machine()}
-	if err := run(r, *version); err != nil {
+	if err := run(r, *version, *failovers); err != nil {
 		fmt.Fprintln(os.Stderr, "bench failed:", err)
 		os.Exit(1)
 	}
@@ -74,7 +74,7 @@ func main() {
 	fmt.Println("results:", path)
 }
 
-func run(r *report, version string) error {
+func run(r *report, version string, failovers int) error {
 	f, err := newFixture(version)
 	if err != nil {
 		return err
@@ -89,10 +89,16 @@ func run(r *report, version string) error {
 			return err
 		}
 	}
-	if !runs("3") && !runs("4") {
-		return nil
+	if runs("3") || runs("4") {
+		if err := inCluster(r, f); err != nil {
+			return err
+		}
 	}
-	return inCluster(r, f)
+	if runs("6") {
+		fmt.Println("==> 6. VIP failover with Cilium's real agents")
+		return vipFailover(r, failovers)
+	}
+	return nil
 }
 
 // inCluster runs the sections that need the control plane: the extension binary with its production flags (as the
@@ -108,26 +114,11 @@ func inCluster(r *report, f *fixture) error {
 	if err := env.CreateSelfHostedShoot(ctx, shoot); err != nil {
 		return err
 	}
-	kubeconfig, err := env.ApplyChartRBAC(ctx)
-	if err != nil {
+	if err := env.RunExtension(ctx, ""); err != nil {
 		return err
 	}
-	binary, err := testenv.BuildExtension(env.Dir)
-	if err != nil {
-		return err
-	}
-	port, err := testenv.FreePort()
-	if err != nil {
-		return err
-	}
-	extension, err := env.StartExtension(binary, env.ExtensionFlags(kubeconfig, testenv.ExtensionNamespace, port))
-	if err != nil {
-		return err
-	}
+	extension := env.Extension
 	defer extension.Stop(ctx)
-	if err := env.WaitForExtension(ctx, len(apiserveraccess.WebhookNames), extension); err != nil {
-		return fmt.Errorf("%w\n%s", err, extension.Log())
-	}
 	time.Sleep(2 * time.Second)
 	memory(r, extension.Pid(), "idle")
 

@@ -35,7 +35,6 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/webhook/apiserveraccess"
 )
 
 func main() {
@@ -113,13 +112,20 @@ func run(extension, chart string, keep bool) error {
 	}
 	problems = append(problems, p...)
 
+	step("Cilium's datapath: real agents on nodes that are network namespaces on a bridge, with a client beside them")
+	p, err = d.datapath(ctx, chart)
+	if err != nil {
+		return err
+	}
+	problems = append(problems, p...)
+
 	fmt.Println()
 	if len(problems) > 0 {
 		return errors.New(strings.Join(problems, "; "))
 	}
 	step("Summary: every Cilium component reached kube-apiserver without Cilium and verified Gardener's certificate " +
 		"(localhost on the control plane, the control-plane nodes under the server name elsewhere); kube-apiserver was exposed on a VIP assigned by Cilium's LB-IPAM, and deleting " +
-		"the exposure left nothing behind")
+		"the exposure left nothing behind; as root, real agents connected the same way, announced the VIP, served kube-apiserver through it and failed it over")
 
 	if keep {
 		step("Still running. Explore with: export KUBECONFIG=%s; kubectl get ds,pods,cm,svc,endpointslices -n kube-system", env.Kubeconfig)
@@ -130,22 +136,12 @@ func run(extension, chart string, keep bool) error {
 }
 
 func (d *demo) startExtension(ctx context.Context, binary string) error {
-	kubeconfig, err := d.env.ApplyChartRBAC(ctx)
-	if err != nil {
+	step("Starting the extension as the chart's ServiceAccount: %s", binary)
+	if err := d.env.RunExtension(ctx, binary); err != nil {
 		return err
 	}
-	port, err := testenv.FreePort()
-	if err != nil {
-		return err
-	}
-	args := d.env.ExtensionFlags(kubeconfig, testenv.ExtensionNamespace, port)
-	step("Starting the extension as the chart's ServiceAccount: %s %s", binary, strings.Join(args, " "))
-	if d.extension, err = d.env.StartExtension(binary, args); err != nil {
-		return err
-	}
-	if err := d.env.WaitForExtension(ctx, len(apiserveraccess.WebhookNames), d.extension); err != nil {
-		return fmt.Errorf("%w\n--- extension log ---\n%s", err, d.extension.Log())
-	}
+	d.extension = d.env.Extension
+	step("   with its production flags: %s", strings.Join(d.env.ExtensionCommand()[1:], " "))
 	step("The extension registered MutatingWebhookConfiguration %s and wrote ConfigMap kube-system/%s",
 		testenv.WebhookConfigName, apiserverendpoints.ConfigMapName)
 	return nil

@@ -18,10 +18,18 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
@@ -76,6 +84,9 @@ func New(ctx context.Context, env *testenv.Env, prefix string) (*Cluster, error)
 	if err != nil {
 		return nil, err
 	}
+	if err := useFixtureAddresses(ctx, env); err != nil {
+		return nil, err
+	}
 	c := &Cluster{env: env, cgroups: filepath.Join(root, "cilium-datapath-"+prefix), nodes: map[string]*Node{}, installed: map[Chart]*installation{}, disturbed: map[string]bool{}}
 	if err := os.Mkdir(c.cgroups, 0o755); err != nil {
 		return nil, err
@@ -102,6 +113,35 @@ func New(ctx context.Context, env *testenv.Env, prefix string) (*Cluster, error)
 		c.nodes[name] = n
 	}
 	return c, nil
+}
+
+// useFixtureAddresses gives the nodes their fixture InternalIPs (a caller may have moved them, as the demo's sandbox
+// does) and waits until the extension has published the control-plane nodes' endpoints, which the webhook pins.
+func useFixtureAddresses(ctx context.Context, env *testenv.Env) error {
+	var want []string
+	for _, n := range fixtures.Nodes() {
+		if !slices.Contains(NodeNames, n.Name) {
+			continue
+		}
+		for _, a := range n.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				if err := env.SetInternalIP(ctx, n.Name, a.Address); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	for _, ip := range fixtures.ControlPlaneIPs {
+		want = append(want, apiserverendpoints.URL(ip))
+	}
+	cm := &corev1.ConfigMap{}
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := env.Client.Get(ctx, client.ObjectKey{Namespace: cilium.Namespace, Name: apiserverendpoints.ConfigMapName}, cm)
+		return err == nil && cm.Data[apiserverendpoints.KeyAPIServerURLs] == strings.Join(want, ","), client.IgnoreNotFound(err)
+	}); err != nil {
+		return fmt.Errorf("the extension did not publish the control-plane endpoints %v: %v: %w", want, cm.Data, err)
+	}
+	return nil
 }
 
 // Close stops every process on the nodes and removes the namespaces, links and cgroups.

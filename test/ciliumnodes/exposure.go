@@ -233,10 +233,22 @@ type Failover struct {
 	Lease time.Duration
 }
 
-// FailOver kills the lease holder's node (its link goes down and its agent ends without a chance to hand over the
-// lease) and measures until another node answers ARP for the VIP and HTTPS through the VIP works again. The dead
-// node stays dead until the next Run.
-func (c *Cluster) FailOver(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) (Failover, error) {
+// Death is how the lease holder's node dies.
+type Death string
+
+const (
+	// LinkDown: the node loses power or its link. Its switch port goes down, the switch forgets its MAC and floods
+	// frames for it to every port.
+	LinkDown Death = "link down"
+	// Hung: the node stops answering while its link stays up (a hung kernel, a stuck NIC). The switch keeps
+	// forwarding frames for its MAC to it until ARP moves the VIP.
+	Hung Death = "hung, link up"
+)
+
+// FailOver kills the lease holder's node as death says, its agent without a chance to hand over the lease, and
+// measures until another node answers ARP for the VIP and HTTPS through the VIP works again. The dead node stays dead
+// until the next Run.
+func (c *Cluster) FailOver(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, death Death) (Failover, error) {
 	var f Failover
 	var err error
 	if f.From, err = c.WaitForLeaseHolder(ctx, exp, ""); err != nil {
@@ -262,11 +274,19 @@ func (c *Cluster) FailOver(ctx context.Context, exp *extensionsv1alpha1.SelfHost
 		return f, fmt.Errorf("the L2 announcement lease says %s, the agents run with %s: %w", f.Lease, want, err)
 	}
 	c.disturb(f.From)
-	if err := dead.SetLink(false); err != nil {
-		return f, err
+	if death == LinkDown {
+		if err := dead.SetLink(false); err != nil {
+			return f, err
+		}
 	}
 	start := time.Now()
 	dead.Kill()
+	if death == Hung {
+		// After the agent, whose BPF programs go with it, so that nothing on the node answers any more.
+		if err := dead.silence(); err != nil {
+			return f, err
+		}
+	}
 	// ARP and HTTPS are polled apart, each about every 200 ms with a short timeout, so that one's wait does not delay
 	// the other's measurement.
 	var polls sync.WaitGroup

@@ -2,17 +2,22 @@ package ciliumnodes
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/cilium/cilium/api/v1/models"
+	"github.com/cilium/cilium/pkg/defaults"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -40,6 +45,8 @@ type Node struct {
 	mu       sync.Mutex
 	agent    *podrun.Started
 	operator *podrun.Started
+	// silenced: the node drops every frame (Hung).
+	silenced bool
 }
 
 // agentFlags are the settings a node here cannot take from the chart: its device, tunnel routing (no routes between
@@ -114,7 +121,7 @@ func (c *Cluster) newNode(ctx context.Context, name string, index int) (*Node, e
 	return n, os.Mkdir(n.cgroup, 0o755)
 }
 
-// restart stops the node's agent if it runs, brings its link up and starts the agent from pod.
+// restart stops the node's agent if it runs, revives the node and starts the agent from pod.
 func (n *Node) restart(ctx context.Context, env *testenv.Env, pod *corev1.Pod, configMaps map[string]map[string]string, lease *LeaseTimings) error {
 	n.mu.Lock()
 	agent := n.agent
@@ -123,7 +130,7 @@ func (n *Node) restart(ctx context.Context, env *testenv.Env, pod *corev1.Pod, c
 	if agent != nil {
 		agent.Stop(ctx)
 	}
-	if err := n.SetLink(true); err != nil {
+	if err := n.revive(); err != nil {
 		return err
 	}
 	return n.startAgent(ctx, env, pod, configMaps, lease)
@@ -248,6 +255,37 @@ func (n *Node) WaitUntilReady(ctx context.Context) error {
 	return nil
 }
 
+// Status is the agent's own status, as `cilium-dbg status` shows it: GET /v1/healthz on its API socket, which lies in
+// the agent's mount namespace (/var/run/cilium/cilium.sock, /run being a tmpfs of the node's), reached through
+// /proc/<pid>/root.
+func (n *Node) Status(ctx context.Context) (*models.StatusResponse, error) {
+	n.mu.Lock()
+	agent := n.agent
+	n.mu.Unlock()
+	if agent == nil {
+		return nil, fmt.Errorf("no agent runs on %s", n.Name)
+	}
+	// /var/run is an absolute symlink to /run, which the kernel would resolve from this process's root, not the agent's.
+	socket := filepath.Join("/proc", strconv.Itoa(agent.Pid()), "root", strings.TrimPrefix(defaults.SockPath, "/var"))
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+	}}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent/v1/healthz", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("the agent's API answered %s", resp.Status)
+	}
+	status := &models.StatusResponse{}
+	return status, json.NewDecoder(resp.Body).Decode(status)
+}
+
 // Stop ends the node's Cilium processes as kubelet does.
 func (n *Node) Stop() { n.end(func(p *podrun.Started) { p.Stop(context.Background()) }) }
 
@@ -308,6 +346,38 @@ func (n *Node) SwitchAPIServer(on bool) error {
 		}
 	}
 	return nil
+}
+
+// silence drops every frame the node's eth0 receives or sends, its link staying up.
+func (n *Node) silence() error {
+	ns := n.sandbox.Netns()
+	for _, args := range [][]string{
+		{"qdisc", "add", "dev", "eth0", "clsact"},
+		{"filter", "add", "dev", "eth0", "ingress", "matchall", "action", "drop"},
+		{"filter", "add", "dev", "eth0", "egress", "matchall", "action", "drop"},
+	} {
+		if out, err := ns.Command("tc", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("tc %v: %w: %s", args, err, out)
+		}
+	}
+	n.mu.Lock()
+	n.silenced = true
+	n.mu.Unlock()
+	return nil
+}
+
+// revive undoes silence and brings the link up.
+func (n *Node) revive() error {
+	n.mu.Lock()
+	silenced := n.silenced
+	n.silenced = false
+	n.mu.Unlock()
+	if silenced {
+		if out, err := n.sandbox.Netns().Command("tc", "qdisc", "del", "dev", "eth0", "clsact").CombinedOutput(); err != nil {
+			return fmt.Errorf("tc qdisc del: %w: %s", err, out)
+		}
+	}
+	return n.SetLink(true)
 }
 
 // SetLink brings the node's eth0 up or down.

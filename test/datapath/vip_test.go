@@ -80,7 +80,7 @@ func TestVIPFailover(t *testing.T) {
 			if _, err := cluster.Run(ctx, ciliumnodes.Agents{Lease: tc.lease}); err != nil {
 				t.Fatal(err)
 			}
-			f, err := cluster.FailOver(ctx, exp)
+			f, err := cluster.FailOver(ctx, exp, ciliumnodes.LinkDown)
 			if err != nil {
 				t.Fatal(err)
 			}

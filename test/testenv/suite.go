@@ -65,27 +65,11 @@ func runSuite(m *testing.M, shoot *gardencorev1beta1.Shoot, setup Setup) (int, e
 	if err := env.CreateSelfHostedShoot(ctx, shoot); err != nil {
 		return 1, err
 	}
-	kubeconfig, err := env.ApplyChartRBAC(ctx)
-	if err != nil {
-		return 1, err
-	}
-	binary, err := BuildExtension(env.Dir)
-	if err != nil {
-		return 1, err
-	}
-	port, err := FreePort()
-	if err != nil {
-		return 1, err
-	}
-	env.extensionCommand = append([]string{binary}, env.ExtensionFlags(kubeconfig, ExtensionNamespace, port)...)
-	if env.Extension, err = env.StartExtension(binary, env.extensionCommand[1:]); err != nil {
+	if err := env.RunExtension(ctx, ""); err != nil {
 		return 1, err
 	}
 	defer func() { env.Extension.Stop(ctx) }()
 
-	if err := env.WaitForExtension(ctx, len(apiserveraccess.WebhookNames), env.Extension); err != nil {
-		return 1, fmt.Errorf("%w\n--- extension log ---\n%s", err, env.Extension.Log())
-	}
 	cleanup, err := setup(ctx, env)
 	if err != nil {
 		return 1, err
@@ -101,6 +85,37 @@ func runSuite(m *testing.M, shoot *gardencorev1beta1.Shoot, setup Setup) (int, e
 	}
 	return code, nil
 }
+
+// RunExtension starts the extension binary (built from this repository when binary is empty) with its production
+// flags, as the chart's ServiceAccount (impersonated, with exactly the chart's RBAC), and waits until it has
+// registered its webhooks. The caller stops Extension.
+func (e *Env) RunExtension(ctx context.Context, binary string) error {
+	kubeconfig, err := e.ApplyChartRBAC(ctx)
+	if err != nil {
+		return err
+	}
+	if binary == "" {
+		if binary, err = BuildExtension(e.Dir); err != nil {
+			return err
+		}
+	}
+	port, err := FreePort()
+	if err != nil {
+		return err
+	}
+	e.extensionCommand = append([]string{binary}, e.ExtensionFlags(kubeconfig, ExtensionNamespace, port)...)
+	if e.Extension, err = e.StartExtension(binary, e.extensionCommand[1:]); err != nil {
+		return err
+	}
+	if err := e.WaitForExtension(ctx, len(apiserveraccess.WebhookNames), e.Extension); err != nil {
+		e.Extension.Stop(ctx)
+		return fmt.Errorf("%w\n--- extension log ---\n%s", err, e.Extension.Log())
+	}
+	return nil
+}
+
+// ExtensionCommand is the binary and flags RunExtension started.
+func (e *Env) ExtensionCommand() []string { return e.extensionCommand }
 
 // RestartExtension stops the extension started by RunSuite, abruptly (as a node failure or an OOM kill does) or
 // gracefully, and starts it again with the same flags. It does not wait for the new process to lead: tests wait for

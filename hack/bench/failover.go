@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumnodes"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
+)
+
+const failoverSection = "6. VIP failover with Cilium's real agents (L2, network-namespace nodes, test/ciliumnodes)"
+
+// kubeVIPFailover is kube-vip's documented ARP failover time, the usual way to put kube-apiserver on a VIP today.
+const kubeVIPFailover = 3 * time.Second
+
+// vipFailover runs section 6 in a control plane of its own, serving a certificate made as Gardener makes it: the
+// agents of Gardener's chart on three control-plane nodes and a worker, the exposure reconciled by the extension with
+// the real operator, and the lease holder's node killed runs times: with the exposure's lease timings, its link down
+// or hung, and with Cilium's defaults. Then one kube-apiserver is stopped while its node stays up.
+func vipFailover(r *report, runs int) error {
+	if err := ciliumnodes.Available(); err != nil {
+		r.Notes = append(r.Notes, "Section 6 did not run: "+err.Error())
+		fmt.Println("   skipped:", err)
+		return nil
+	}
+	ctx := context.Background()
+	if err := podrun.ServeAsShoot("shoot--local--bench"); err != nil {
+		return err
+	}
+	env, err := testenv.Start()
+	if err != nil {
+		return err
+	}
+	defer env.Stop()
+	if err := env.CreateSelfHostedShoot(ctx, fixtures.WithExposureConfig(fixtures.Shoot(true), fixtures.ExposureConfigL2)); err != nil {
+		return err
+	}
+	if err := env.RunExtension(ctx, ""); err != nil {
+		return err
+	}
+	defer env.Extension.Stop(ctx)
+	cluster, err := ciliumnodes.New(ctx, env, "cbench"+strconv.Itoa(os.Getpid()))
+	if err != nil {
+		return err
+	}
+	defer cluster.Close()
+	exp, err := cluster.Expose(ctx)
+	if err != nil {
+		return err
+	}
+	seconds := func(d time.Duration) float64 { return d.Seconds() }
+	for _, m := range []struct {
+		lease *ciliumnodes.LeaseTimings
+		death ciliumnodes.Death
+	}{
+		{nil, ciliumnodes.LinkDown},
+		{nil, ciliumnodes.Hung},
+		{ciliumnodes.CiliumDefaultLease, ciliumnodes.LinkDown},
+	} {
+		var arp, https []time.Duration
+		var leaseDuration time.Duration
+		for i := range runs {
+			if _, err := cluster.Run(ctx, ciliumnodes.Agents{Lease: m.lease}); err != nil {
+				return err
+			}
+			f, err := cluster.FailOver(ctx, exp, m.death)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("   lease %s, node %s, run %d: %s died, %s answers ARP after %s, HTTPS after %s\n", m.lease, m.death, i+1, f.From, f.To,
+				f.ARP.Round(100*time.Millisecond), f.HTTPS.Round(100*time.Millisecond))
+			arp, https, leaseDuration = append(arp, f.ARP), append(https, f.HTTPS), f.Lease
+		}
+		slices.Sort(arp)
+		slices.Sort(https)
+		lease := "the exposure's lease"
+		if m.lease != nil {
+			lease = "Cilium's default lease"
+		}
+		name := fmt.Sprintf("%s (%s), node %s, %d runs", lease, leaseDuration, m.death, runs)
+		for _, q := range []struct {
+			what     string
+			measured []time.Duration
+		}{{"ARP answered by a live node", arp}, {"HTTPS through the VIP again", https}} {
+			r.add(Result{Section: failoverSection, Name: q.what + ", median, " + name, Value: seconds(q.measured[len(q.measured)/2]), Unit: "s",
+				Baseline: seconds(kubeVIPFailover), BaselineName: "kube-vip's documented ARP failover"})
+			r.add(Result{Section: failoverSection, Name: q.what + ", max, " + name, Value: seconds(q.measured[len(q.measured)-1]), Unit: "s",
+				Baseline: seconds(ciliumnodes.CiliumDefaultLease.Duration), BaselineName: "Cilium's default lease duration"})
+		}
+	}
+	if _, err := cluster.Run(ctx, ciliumnodes.Agents{}); err != nil {
+		return err
+	}
+	o, err := cluster.StopOneAPIServer(ctx, exp, 60)
+	if err != nil {
+		return err
+	}
+	r.add(Result{Section: failoverSection, Name: fmt.Sprintf("new connections through the VIP failing with %s's kube-apiserver down, its node up (%d attempts)", o.Node, o.Attempts),
+		Value: 100 * float64(o.Failed) / float64(o.Attempts), Unit: "%", Baseline: 100.0 / 3, BaselineName: "one backend of three"})
+	r.Notes = append(r.Notes, "Section 6, link down: the bridge forgets the dead node's MAC and floods frames for it to every port; "+
+		"the other nodes' Cilium (its tc program on eth0 sees frames for any MAC) load-balances the VIP from them, so HTTPS may "+
+		"recover before ARP moves. Hung (link up, every frame dropped): the bridge keeps forwarding to the dead port, and "+
+		"HTTPS waits until the new holder's gratuitous ARP (pkg/datapath/l2responder) moves the client's neighbour entry.")
+	return nil
+}

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumnodes"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumoperator"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
+)
+
+// datapath runs Cilium's real agents on network-namespace nodes from the pods the webhook admitted (test/ciliumnodes),
+// shows each agent's state and the kube-apiserver it is connected to, exposes kube-apiserver on the VIP with the
+// chart's operator, shows who announces it and an HTTPS answer through it, and kills the announcing node.
+func (d *demo) datapath(ctx context.Context, chart string) ([]string, error) {
+	if err := ciliumnodes.Available(); err != nil {
+		fmt.Printf("(skipped: %v)\n", err)
+		return nil, nil
+	}
+	agents := ciliumnodes.Agents{Chart: ciliumnodes.GardenerChart}
+	if chart == ciliumchart.GardenerVersion {
+		agents.Chart = ciliumnodes.UpstreamChart
+	}
+	// The chart's operator takes over the exposure's LB-IPAM and announcement policy from the one on the host.
+	d.operator.Stop(ctx)
+	ciliumoperator.FreeLease(ctx, d.env.Client)
+	cluster, err := ciliumnodes.New(ctx, d.env, "cdemo"+strconv.Itoa(os.Getpid()))
+	if err != nil {
+		return nil, err
+	}
+	defer cluster.Close()
+	step("Starting the agents of %s on %s, each from the pod the webhook admitted for its node (Cilium %s; each compiles "+
+		"its BPF programs with clang)", agents.Chart, strings.Join(ciliumnodes.NodeNames, ", "), ciliumchart.GardenerVersion)
+	start := time.Now()
+	if _, err := cluster.Run(ctx, agents); err != nil {
+		return nil, err
+	}
+	fmt.Printf("\nall agents ready after %s\n\n", time.Since(start).Round(time.Second))
+
+	var problems []string
+	table := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(table, "NODE\tAGENT\tKUBERNETES\tKUBE-PROXY REPLACEMENT\tCONNECTED TO\tPACKETS TO CLUSTERIP / VIP")
+	for _, n := range cluster.Nodes() {
+		status, err := n.Status(ctx)
+		if err != nil {
+			return nil, err
+		}
+		peers, err := n.APIServerPeers()
+		if err != nil {
+			return nil, err
+		}
+		attempts, err := n.Attempts()
+		if err != nil {
+			return nil, err
+		}
+		var agent, k8s, kpr string
+		if status.Cilium != nil {
+			agent = status.Cilium.State
+		}
+		if status.Kubernetes != nil {
+			k8s = status.Kubernetes.State + " " + status.Kubernetes.Msg
+		}
+		if status.KubeProxyReplacement != nil {
+			kpr = status.KubeProxyReplacement.Mode
+		}
+		var counts []string
+		for _, addr := range slices.Sorted(maps.Keys(attempts)) {
+			counts = append(counts, strconv.Itoa(attempts[addr]))
+			if attempts[addr] > 0 {
+				problems = append(problems, fmt.Sprintf("%s sent %d packets to %s", n.Name, attempts[addr], addr))
+			}
+		}
+		fmt.Fprintf(table, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, agent, k8s, kpr, strings.Join(peers, ","), strings.Join(counts, " / "))
+	}
+	_ = table.Flush()
+
+	step("Exposing kube-apiserver on the VIP with the chart's operator (on %s) and the agents' L2 announcements", ciliumnodes.OperatorNode)
+	exp, err := cluster.Expose(ctx)
+	if err != nil {
+		return nil, err
+	}
+	holder, err := cluster.WaitForLeaseHolder(ctx, exp, "")
+	if err != nil {
+		return nil, err
+	}
+	macs, err := cluster.WaitForARP(ctx, func(macs []string) bool { return len(macs) > 0 })
+	if err != nil {
+		return nil, err
+	}
+	holderMAC, err := cluster.Node(holder).MAC()
+	if err != nil {
+		return nil, err
+	}
+	fmt.Printf("\nlease holder %s (eth0 %s); ARP for %s from the client %s answered by %v\n", holder, holderMAC, fixtures.ExposureVIP, ciliumnodes.ClientIP, macs)
+	if !slices.Equal(macs, []string{holderMAC}) {
+		problems = append(problems, fmt.Sprintf("ARP for the VIP answered by %v, want only the lease holder's %s", macs, holderMAC))
+	}
+	body, err := cluster.ReadyzThroughVIP(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("HTTPS through the VIP: %w", err)
+	}
+	fmt.Printf("GET https://%s:443/readyz from the client, certificate verified under %s: %s\n\n", fixtures.ExposureVIP, ciliumchart.ExternalHost, body)
+
+	step("Killing %s, the announcing node (its link goes down, its agent ends without handing over the lease)", holder)
+	f, err := cluster.FailOver(ctx, exp, ciliumnodes.LinkDown)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Printf("\n%s took the lease; a live node answers ARP for the VIP after %s, HTTPS through the VIP works again after %s "+
+		"(lease duration %s; kube-vip documents about 3s, Cilium's default lease is 15s)\n\n",
+		f.To, f.ARP.Round(100*time.Millisecond), f.HTTPS.Round(100*time.Millisecond), f.Lease)
+	fmt.Println("(HTTPS may work again before ARP moves: the bridge floods frames for the dead node's MAC to every port, and the " +
+		"other nodes' Cilium load-balances them; see docs/datapath.md)")
+	return problems, nil
+}
