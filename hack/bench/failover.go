@@ -103,6 +103,8 @@ func vipFailover(r *report, runs int) error {
 	}
 	r.add(Result{Section: failoverSection, Name: fmt.Sprintf("new connections through the VIP failing with %s's kube-apiserver down, its node up (%d attempts)", o.Node, o.Attempts),
 		Value: 100 * float64(o.Failed) / float64(o.Attempts), Unit: "%", Baseline: 100.0 / 3, BaselineName: "one backend of three"})
+	r.add(Result{Section: failoverSection, Name: fmt.Sprintf("new connections through the VIP still failing after the stop of %s's kube-apiserver (last failure)", o.Node),
+		Value: seconds(o.LastFailure), Unit: "s", Baseline: seconds(o.Window), BaselineName: "the whole window of attempts"})
 	r.Notes = append(r.Notes, "Section 6, link down: the bridge forgets the dead node's MAC and floods frames for it to every port; "+
 		"the other nodes' Cilium (its tc program on eth0 sees frames for any MAC) load-balances the VIP from them, so HTTPS may "+
 		"recover before ARP moves. Hung (link up, every frame dropped): the bridge keeps forwarding to the dead port, and "+

@@ -325,6 +325,9 @@ func (c *Cluster) FailOver(ctx context.Context, exp *extensionsv1alpha1.SelfHost
 type APIServerOutage struct {
 	Node             string
 	Attempts, Failed int
+	// LastFailure is when, after the stop, the last attempt failed: how long new connections kept failing, within the
+	// attempts' window (Window).
+	LastFailure, Window time.Duration
 }
 
 // StopOneAPIServer stops the kube-apiserver of a control-plane node that does not hold the lease, sends attempts new
@@ -346,14 +349,17 @@ func (c *Cluster) StopOneAPIServer(ctx context.Context, exp *extensionsv1alpha1.
 			err = onErr
 		}
 	}()
+	start := time.Now()
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		attempt, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		if _, err := c.ReadyzThroughVIP(attempt); err != nil {
 			o.Failed++
+			o.LastFailure = time.Since(start)
 		}
 		o.Attempts++
 		return o.Attempts == attempts, nil
 	})
+	o.Window = time.Since(start)
 	return o, err
 }

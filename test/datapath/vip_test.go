@@ -116,5 +116,6 @@ func TestVIPWithOneAPIServerDown(t *testing.T) {
 	if o.Failed == o.Attempts {
 		t.Fatalf("no request through the VIP succeeded with %s's kube-apiserver down", o.Node)
 	}
-	t.Logf("with %s's kube-apiserver down and its node up, %d of %d new connections through the VIP failed (3 backends)", o.Node, o.Failed, o.Attempts)
+	t.Logf("with %s's kube-apiserver down and its node up, %d of %d new connections through the VIP failed (3 backends); the last failed %s after the stop, in a window of %s",
+		o.Node, o.Failed, o.Attempts, o.LastFailure.Round(100*time.Millisecond), o.Window.Round(100*time.Millisecond))
 }
