@@ -107,7 +107,7 @@ func vipFailover(r *report, runs int) error {
 		Value: seconds(o.LastFailure), Unit: "s", Baseline: seconds(o.Window), BaselineName: "the whole window of attempts"})
 	r.Notes = append(r.Notes, "Section 6, link down: the bridge forgets the dead node's MAC and floods frames for it to every port; "+
 		"the other nodes' Cilium (its tc program on eth0 sees frames for any MAC) load-balances the VIP from them, so HTTPS may "+
-		"recover before ARP moves. Hung (link up, every frame dropped): the bridge keeps forwarding to the dead port, and "+
+		"recover before ARP moves. Hung (link up, every IP packet dropped): the bridge keeps forwarding to the dead port, and "+
 		"HTTPS waits until the new holder's gratuitous ARP (pkg/datapath/l2responder) moves the client's neighbour entry.")
 	return nil
 }

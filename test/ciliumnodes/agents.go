@@ -47,8 +47,6 @@ type Agents struct {
 	Lease *LeaseTimings
 }
 
-func (a Agents) String() string { return fmt.Sprintf("%s, lease %s", a.Chart, a.Lease) }
-
 // LeaseTimings are the L2 announcer's lease duration, renew deadline and retry period.
 type LeaseTimings struct{ Duration, RenewDeadline, RetryPeriod time.Duration }
 

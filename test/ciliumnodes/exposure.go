@@ -31,7 +31,7 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
 )
 
-// Expose waits for the agents, starts the operator of Gardener's chart from its admitted pod, creates the shoot's
+// Expose runs the agents unless they run, starts the operator of Gardener's chart from its admitted pod, creates the shoot's
 // exposure as gardenadm does, waits until the extension reports the VIP and an agent holds the announcement lease,
 // once.
 func (c *Cluster) Expose(ctx context.Context) (*extensionsv1alpha1.SelfHostedShootExposure, error) {
@@ -240,8 +240,8 @@ const (
 	// LinkDown: the node loses power or its link. Its switch port goes down, the switch forgets its MAC and floods
 	// frames for it to every port.
 	LinkDown Death = "link down"
-	// Hung: the node stops answering while its link stays up (a hung kernel, a stuck NIC). The switch keeps
-	// forwarding frames for its MAC to it until ARP moves the VIP.
+	// Hung: the node stops answering while its link stays up (a hung kernel, a stuck NIC): it drops every IP packet.
+	// The switch keeps forwarding frames for its MAC to it until ARP moves the VIP.
 	Hung Death = "hung, link up"
 )
 

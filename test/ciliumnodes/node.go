@@ -45,7 +45,7 @@ type Node struct {
 	mu       sync.Mutex
 	agent    *podrun.Started
 	operator *podrun.Started
-	// silenced: the node drops every frame (Hung).
+	// silenced: the node drops every packet (Hung).
 	silenced bool
 }
 
@@ -348,16 +348,15 @@ func (n *Node) SwitchAPIServer(on bool) error {
 	return nil
 }
 
-// silence drops every frame the node's eth0 receives or sends, its link staying up.
+// silenceRules drop every IP packet the node receives or sends (the raw table comes first), its link staying up.
+// tc's matchall classifier is not available on every kernel; iptables is, and the agent needs it anyway.
+var silenceRules = [][]string{{"PREROUTING", "-j", "DROP"}, {"OUTPUT", "-j", "DROP"}}
+
+// silence makes the node drop every IP packet, its link staying up.
 func (n *Node) silence() error {
-	ns := n.sandbox.Netns()
-	for _, args := range [][]string{
-		{"qdisc", "add", "dev", "eth0", "clsact"},
-		{"filter", "add", "dev", "eth0", "ingress", "matchall", "action", "drop"},
-		{"filter", "add", "dev", "eth0", "egress", "matchall", "action", "drop"},
-	} {
-		if out, err := ns.Command("tc", args...).CombinedOutput(); err != nil {
-			return fmt.Errorf("tc %v: %w: %s", args, err, out)
+	for _, r := range silenceRules {
+		if out, err := iptables(n.sandbox.Netns(), append([]string{"-t", "raw", "-I"}, r...)...); err != nil {
+			return fmt.Errorf("iptables %v: %w: %s", r, err, out)
 		}
 	}
 	n.mu.Lock()
@@ -373,8 +372,10 @@ func (n *Node) revive() error {
 	n.silenced = false
 	n.mu.Unlock()
 	if silenced {
-		if out, err := n.sandbox.Netns().Command("tc", "qdisc", "del", "dev", "eth0", "clsact").CombinedOutput(); err != nil {
-			return fmt.Errorf("tc qdisc del: %w: %s", err, out)
+		for _, r := range silenceRules {
+			if out, err := iptables(n.sandbox.Netns(), append([]string{"-t", "raw", "-D"}, r...)...); err != nil {
+				return fmt.Errorf("iptables %v: %w: %s", r, err, out)
+			}
 		}
 	}
 	return n.SetLink(true)
