@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/signal"
 	"slices"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumnodes"
@@ -29,7 +31,9 @@ func vipFailover(r *report, runs int) error {
 		fmt.Println("   skipped:", err)
 		return nil
 	}
-	ctx := context.Background()
+	// An interrupted bench still removes its namespaces, cgroups and processes.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	if err := podrun.ServeAsShoot("shoot--local--bench"); err != nil {
 		return err
 	}
