@@ -106,21 +106,31 @@ func TestProviderConfigs(t *testing.T) {
 	}
 }
 
-func TestShoot(t *testing.T) {
-	raw, err := sigsyaml.YAMLToJSON(read(t, "shoot-gardenadm.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+// TestShoots: the complete gardenadm Shoots decode strictly, their exposure configuration loads and validates, and
+// their networking meets the exposure's prerequisites.
+func TestShoots(t *testing.T) {
 	s := runtime.NewScheme()
 	if err := gardencorev1beta1.AddToScheme(s); err != nil {
 		t.Fatal(err)
 	}
-	obj, _, err := serializer.NewCodecFactory(s, serializer.EnableStrict).UniversalDeserializer().Decode(raw, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	shoot := obj.(*gardencorev1beta1.Shoot)
-	if _, err := config.Load(nil, shoot); err != nil {
-		t.Error(err)
+	for _, name := range []string{"shoot-gardenadm-l2.yaml", "shoot-gardenadm-bgp.yaml"} {
+		t.Run(name, func(t *testing.T) {
+			raw, err := sigsyaml.YAMLToJSON(read(t, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			obj, _, err := serializer.NewCodecFactory(s, serializer.EnableStrict).UniversalDeserializer().Decode(raw, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			shoot := obj.(*gardencorev1beta1.Shoot)
+			cfg, err := config.Load(nil, shoot)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := config.CheckPrerequisites(shoot, cfg); err != nil {
+				t.Error(err)
+			}
+		})
 	}
 }

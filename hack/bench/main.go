@@ -162,6 +162,11 @@ func inCluster(r *report, f *fixture) error {
 		return err
 	}
 	defer operator.Stop(ctx)
+	// No agents run in this section: cp-0's is played as the announcer, which Succeeded waits for (section 6 runs
+	// real agents).
+	announcing, stopAnnouncing := context.WithCancel(ctx)
+	defer stopAnnouncing()
+	go env.FakeAnnouncer(announcing, "cp-0")
 	fmt.Println("==> 4. exposure convergence with the real cilium-operator")
 	// The logs outlive the control plane's scratch directory, so that a slow figure can be explained afterwards (the
 	// extension logs how long applying and LB-IPAM took, kube-apiserver traces requests slower than 500 ms, etcd logs compactions).

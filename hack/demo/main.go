@@ -101,12 +101,16 @@ func run(extension, chart string, keep bool) error {
 	}
 	problems = append(problems, p...)
 
-	step("Starting Cilium's operator for the exposure (LB-IPAM, L2 announcements, BGP control plane)")
+	step("Starting Cilium's operator for the exposure (LB-IPAM, L2 announcements, BGP control plane); until the datapath " +
+		"part below, where real agents announce the VIP, cp-0's agent is played as the announcer (it takes the L2 lease)")
 	if d.operator, err = ciliumoperator.Start(ctx, env, nil); err != nil {
 		return err
 	}
 	defer d.operator.Stop(context.Background())
+	announcing, stopAnnouncing := context.WithCancel(ctx)
+	go env.FakeAnnouncer(announcing, "cp-0")
 	p, err = d.exposure(ctx)
+	stopAnnouncing()
 	if err != nil {
 		return err
 	}

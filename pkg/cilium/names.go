@@ -72,3 +72,9 @@ const (
 
 // APIServerFlags are the options that decide which kube-apiserver a component uses.
 var APIServerFlags = []string{FlagAPIServerURLs, FlagAPIServer, FlagKubeconfigPath}
+
+// L2AnnouncementLeaseName is the lease in Namespace through which Cilium's agents elect the node that announces a
+// Service by L2, held under the node's name (pkg/l2announcer newLeaseLock: cilium-l2announce-<namespace>-<name>).
+func L2AnnouncementLeaseName(serviceNamespace, serviceName string) string {
+	return "cilium-l2announce-" + serviceNamespace + "-" + serviceName
+}

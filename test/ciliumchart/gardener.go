@@ -44,7 +44,8 @@ func GardenerChartDir() (string, error) {
 }
 
 // GardenerValues are the values networking-cilium computes (pkg/charts/utils.go generateChartValues) for a self-hosted
-// shoot that disables kube-proxy and enables L2 announcements: kube-proxy replacement with the health-check server,
+// shoot that disables kube-proxy and enables L2 announcements and the BGP control plane (test/fixtures.NetworkConfig):
+// kube-proxy replacement with the health-check server,
 // NodePort, k8sServiceHost taken from the shoot's external advertised address, and images tagged with the Cilium
 // version. Only what differs from the chart's values.yaml is set.
 func GardenerValues(version string) map[string]any {
@@ -58,8 +59,9 @@ func GardenerValues(version string) map[string]any {
 			"k8sServiceHost":  ExternalHost,
 			"k8sServicePort":  443,
 			"l2announcements": map[string]any{"enabled": true},
+			"bgpControlPlane": map[string]any{"enabled": true},
 			"podCIDR":         "100.64.0.0/12",
-			"nodeCIDR":        "10.250.0.0/16",
+			"nodeCIDR":        "10.0.0.0/16", // test/fixtures.NodeNetwork
 			"ipam":            map[string]any{"mode": "kubernetes"},
 			"images": map[string]any{
 				"cilium-agent":    "europe-docker.pkg.dev/gardener-project/releases/cilium/cilium:v" + version,

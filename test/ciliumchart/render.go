@@ -53,10 +53,13 @@ func ModuleDir(version string) (string, error) {
 }
 
 // Values are the Helm values of a kube-proxy-free Cilium pointed at the external API name, as a shoot without this
-// extension would get them, plus the 1.18+ API server URL list where the chart has it.
+// extension would get them, with the L2 announcer and the BGP control plane on (as test/fixtures.NetworkConfig asks
+// of networking-cilium), plus the 1.18+ API server URL list where the chart has it.
 func Values(version string) map[string]any {
 	values := map[string]any{
 		"kubeProxyReplacement": true,
+		"l2announcements":      map[string]any{"enabled": true},
+		"bgpControlPlane":      map[string]any{"enabled": true},
 		"k8sServiceHost":       ExternalHost,
 		"k8sServicePort":       443,
 		"envoy":                map[string]any{"enabled": true},

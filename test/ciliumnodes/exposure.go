@@ -98,11 +98,10 @@ func (c *Cluster) startOperator(ctx context.Context) error {
 	return nil
 }
 
-// AnnouncementLease is Cilium's L2 announcement lease of the exposure's Service (pkg/l2announcer:
-// cilium-l2announce-<namespace>-<name> in Cilium's namespace).
+// AnnouncementLease is Cilium's L2 announcement lease of the exposure's Service.
 func (c *Cluster) AnnouncementLease(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) (*coordinationv1.Lease, error) {
 	lease := &coordinationv1.Lease{}
-	key := client.ObjectKey{Namespace: cilium.Namespace, Name: "cilium-l2announce-" + exp.Namespace + "-" + resources.ServiceName(exp.Name)}
+	key := client.ObjectKey{Namespace: cilium.Namespace, Name: cilium.L2AnnouncementLeaseName(exp.Namespace, resources.ServiceName(exp.Name))}
 	return lease, c.env.Client.Get(ctx, key, lease)
 }
 

@@ -160,7 +160,7 @@ func TestBGPExposure(t *testing.T) {
 		t.Fatalf("%d advertisements", len(advertisements.Items))
 	}
 	sel := advertisements.Items[0].Spec.Advertisements[0].Selector
-	if !labels.SelectorFromSet(sel.MatchLabels).Matches(labels.Set(svc.Labels)) {
+	if !labels.SelectorFromSet(sel.MatchLabels).Matches(asCiliumSees(svc)) {
 		t.Errorf("the advertisement's selector %v does not select Service %s (%v)", sel.MatchLabels, svc.Name, svc.Labels)
 	}
 	if got := ingressIPs(exp); !slices.Equal(got, []string{"203.0.113.65"}) {

@@ -31,6 +31,9 @@ func TestMain(m *testing.M) {
 	os.Exit(testenv.RunSuite(m, shoot, setup))
 }
 
+// unannounced is the exposure whose VIP nobody announces until its test says so.
+const unannounced = "unannounced"
+
 // setup installs Cilium's configuration (with the BGP control plane on, as an operator of BGP would have it) and a
 // CiliumNode per Node, as the agents would create them, and starts the operator.
 func setup(ctx context.Context, e *testenv.Env) (func(), error) {
@@ -53,5 +56,9 @@ func setup(ctx context.Context, e *testenv.Env) (func(), error) {
 	if operator, err = ciliumoperator.Start(ctx, env, nil); err != nil {
 		return nil, err
 	}
-	return func() { operator.Stop(context.Background()) }, nil
+	// No agents run here: cp-0's is played as the VIP's announcer, except for the exposure that shows what happens
+	// without one.
+	ctx, cancel := context.WithCancel(ctx)
+	go env.FakeAnnouncer(ctx, "cp-0", unannounced)
+	return func() { cancel(); operator.Stop(context.Background()) }, nil
 }

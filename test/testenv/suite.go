@@ -43,12 +43,14 @@ func Use(env **Env) Setup {
 	}
 }
 
-// UseWithFakeLBIPAM keeps the environment and plays Cilium's LB-IPAM in it (FakeLBIPAM) until the suite ends.
+// UseWithFakeLBIPAM keeps the environment and plays Cilium's LB-IPAM (FakeLBIPAM) and the agent of cp-0 as the VIP's
+// announcer (FakeAnnouncer) in it until the suite ends.
 func UseWithFakeLBIPAM(env **Env) Setup {
 	return func(ctx context.Context, e *Env) (func(), error) {
 		*env = e
 		ctx, cancel := context.WithCancel(ctx)
 		go e.FakeLBIPAM(ctx)
+		go e.FakeAnnouncer(ctx, "cp-0")
 		return cancel, nil
 	}
 }

@@ -47,7 +47,7 @@ func (m *mutator) Mutate(ctx context.Context, newObj, oldObj client.Object) erro
 	switch obj := newObj.(type) {
 	case *corev1.ConfigMap:
 		CleanConfig(obj.Data)
-		m.enableExposureFeatures(ctx, obj, shoot)
+		m.completeCiliumConfig(ctx, obj, shoot)
 		return nil
 	case *appsv1.DaemonSet:
 		return m.pinTemplate(ctx, &obj.Spec.Template.Spec)
@@ -59,10 +59,11 @@ func (m *mutator) Mutate(ctx context.Context, newObj, oldObj client.Object) erro
 	return nil
 }
 
-// enableExposureFeatures switches on in `cilium-config` what a cilium exposure of the shoot needs (LB-IPAM, the L2
-// announcer with its lease timings, or the BGP control plane). A configuration that does not load is left to the
-// exposure to report: refusing Cilium's configuration for it would keep the cluster's network from coming up.
-func (m *mutator) enableExposureFeatures(ctx context.Context, ciliumConfig *corev1.ConfigMap, shoot *gardencorev1beta1.Shoot) {
+// completeCiliumConfig completes `cilium-config` for a cilium exposure of the shoot: the exposure's L2 lease
+// timings, except those the Shoot's NetworkConfig sets, and the client rate limit the announcer needs
+// (ciliumconfig.Complete). It switches no feature on. A configuration that does not load is left to the exposure to report: refusing Cilium's
+// configuration for it would keep the cluster's network from coming up.
+func (m *mutator) completeCiliumConfig(ctx context.Context, ciliumConfig *corev1.ConfigMap, shoot *gardencorev1beta1.Shoot) {
 	if !v1beta1helper.HasExtensionExposure(shoot) || v1beta1helper.SelfHostedShootExposureExtensionType(shoot) != exposureconfig.Type {
 		return
 	}
@@ -74,7 +75,7 @@ func (m *mutator) enableExposureFeatures(ctx context.Context, ciliumConfig *core
 	if ciliumConfig.Data == nil {
 		ciliumConfig.Data = map[string]string{}
 	}
-	ciliumconfig.Enable(ciliumConfig.Data, cfg)
+	ciliumconfig.Complete(ciliumConfig.Data, exposureconfig.L2LeaseTimings(shoot, cfg))
 }
 
 // handles filters on what the object itself says, before anything is read: the webhook's selectors are the first

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"time"
 
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
@@ -16,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	extensionscontroller "github.com/gardener/gardener/extensions/pkg/controller"
@@ -48,8 +50,12 @@ const (
 	conditionPoolConflict         = "cilium.io/PoolConflict"
 )
 
+// reasonAnnounced is the reason of the event that says which nodes announce the VIP.
+const reasonAnnounced = "Announced"
+
 type actuator struct {
-	client client.Client
+	client   client.Client
+	recorder record.EventRecorder
 	// reader reads without the cache: the cache may lag behind what was applied.
 	reader client.Reader
 	// owned lists what exposures own, from informers once they have synced.
@@ -61,8 +67,8 @@ type actuator struct {
 }
 
 // NewActuator returns the actuator of SelfHostedShootExposures of type cilium.
-func NewActuator(c client.Client, reader client.Reader, owned lister, ingressWait time.Duration) extensionsselfhostedshootexposure.Actuator {
-	return &actuator{client: c, reader: reader, owned: owned, ingressWait: ingressWait, pollInterval: 20 * time.Millisecond}
+func NewActuator(c client.Client, reader client.Reader, recorder record.EventRecorder, owned lister, ingressWait time.Duration) extensionsselfhostedshootexposure.Actuator {
+	return &actuator{client: c, reader: reader, recorder: recorder, owned: owned, ingressWait: ingressWait, pollInterval: 20 * time.Millisecond}
 }
 
 // lister is what deleteOwned reads: kube-apiserver (a client.Reader) or the informers of ownedObjects.
@@ -75,6 +81,9 @@ type lister interface {
 func (a *actuator) Reconcile(ctx context.Context, log logr.Logger, exp *extensionsv1alpha1.SelfHostedShootExposure, cluster *extensionscontroller.Cluster) ([]corev1.LoadBalancerIngress, error) {
 	cfg, err := config.Load(exp, cluster.Shoot)
 	if err != nil {
+		return nil, err
+	}
+	if err := config.CheckPrerequisites(cluster.Shoot, cfg); err != nil {
 		return nil, err
 	}
 	objs, err := resources.Build(resources.Input{
@@ -95,14 +104,18 @@ func (a *actuator) Reconcile(ctx context.Context, log logr.Logger, exp *extensio
 		return nil, err
 	}
 
-	if err := a.replaceServiceOfOtherClass(ctx, log, objs.Service); err != nil {
-		return nil, err
-	}
 	log.Info("Applying exposure objects", "config", config.Describe(cfg), "objects", len(objs.All()))
 	// Each call's duration goes into the log, so that a slow reconciliation shows which request was slow.
 	start := time.Now()
 	took := make([]string, 0, len(objs.All())+1)
 	for _, obj := range objs.All() {
+		// The Service last, and replaced only now when its class changes: by then the new announcement's objects
+		// exist, and the pool selects no other Service, so nothing can take the VIP in between.
+		if obj == objs.Service {
+			if err := a.replaceServiceOfOtherClass(ctx, log, objs.Service); err != nil {
+				return nil, err
+			}
+		}
 		callStart := time.Now()
 		if err := apply(ctx, a.client, obj); err != nil {
 			return nil, fmt.Errorf("applying %s %s: %w", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), err)
@@ -120,10 +133,18 @@ func (a *actuator) Reconcile(ctx context.Context, log logr.Logger, exp *extensio
 	start = time.Now()
 	pool, _ := validation.ParsePool(cfg.Pool, nil) // validated by config.Load
 	ingress, err := a.waitForIngress(ctx, objs.Service, objs.Pool.Name, pool)
-	if err == nil {
-		log.Info("Cilium LB-IPAM assigned the VIP", "ingress", ingress, "waited", time.Since(start).String())
+	if err != nil {
+		return nil, err
 	}
-	return ingress, err
+	log.Info("Cilium LB-IPAM assigned the VIP, waiting for Cilium to announce it", "ingress", ingress, "waited", time.Since(start).String())
+	start = time.Now()
+	announcers, err := a.waitForAnnouncement(ctx, objs.Service, cfg)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("Cilium announces the VIP", "announcement", cfg.Announcement, "nodes", announcers, "waited", time.Since(start).String())
+	a.recorder.Eventf(exp, corev1.EventTypeNormal, reasonAnnounced, "VIP %s announced by %s (%s)", ingressIPs(ingress), strings.Join(announcers, ", "), cfg.Announcement)
+	return ingress, nil
 }
 
 // replaceServiceOfOtherClass deletes the Service when the announcement changed: loadBalancerClass is immutable, so

@@ -42,8 +42,8 @@ type AddOptions struct {
 	IngressWait time.Duration
 }
 
-// AddToManagerWithOptions adds the controller, and the watch that brings a VIP assigned by Cilium into the status at
-// once, to mgr.
+// AddToManagerWithOptions adds the controller to mgr, with the watches that bring a VIP assigned by Cilium into the
+// status at once and apply a changed Shoot (its exposure providerConfig, its networking) within seconds.
 func AddToManagerWithOptions(ctx context.Context, mgr manager.Manager, opts AddOptions) error {
 	// Informers the reconciliation reads start with the manager rather than on the first exposure, whose
 	// reconciliation would otherwise wait for their initial sync (gardenadm waits for the exposure); for the kinds
@@ -66,7 +66,7 @@ func AddToManagerWithOptions(ctx context.Context, mgr manager.Manager, opts AddO
 		return !supportedExtensionClasses.Has(class)
 	})
 	if err := extensionsselfhostedshootexposure.Add(mgr, extensionsselfhostedshootexposure.AddArgs{
-		Actuator:          NewActuator(mgr.GetClient(), mgr.GetAPIReader(), owned, opts.IngressWait),
+		Actuator:          NewActuator(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorderFor(ControllerName), owned, opts.IngressWait),
 		ControllerOptions: opts.Controller,
 		Predicates:        extensionsselfhostedshootexposure.DefaultPredicates(opts.IgnoreOperationAnnotation),
 		Type:              Type,
@@ -74,7 +74,10 @@ func AddToManagerWithOptions(ctx context.Context, mgr manager.Manager, opts AddO
 	}); err != nil {
 		return err
 	}
-	return addServiceTrigger(mgr)
+	if err := addServiceTrigger(mgr); err != nil {
+		return err
+	}
+	return addClusterTrigger(mgr)
 }
 
 // AddToManager adds the controller with DefaultAddOptions.

@@ -18,6 +18,7 @@ import (
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
 	v1beta1constants "github.com/gardener/gardener/pkg/apis/core/v1beta1/constants"
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
+	"github.com/gardener/gardener/pkg/extensions"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
 )
@@ -61,9 +62,6 @@ func (t *serviceTrigger) Reconcile(ctx context.Context, req reconcile.Request) (
 	if err := t.client.Get(ctx, req.NamespacedName, exp); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if exp.Spec.Type != Type || exp.DeletionTimestamp != nil || exp.Annotations[v1beta1constants.GardenerOperation] != "" {
-		return reconcile.Result{}, nil
-	}
 	// A reconciliation in progress reads the VIP itself; asking for another one would only repeat it.
 	if op := exp.Status.LastOperation; op == nil || op.State == gardencorev1beta1.LastOperationStateProcessing {
 		return reconcile.Result{}, nil
@@ -75,7 +73,68 @@ func (t *serviceTrigger) Reconcile(ctx context.Context, req reconcile.Request) (
 	if len(svc.Status.LoadBalancer.Ingress) == 0 || equality.Semantic.DeepEqual(ingressOf(svc), exp.Status.Ingress) {
 		return reconcile.Result{}, nil
 	}
+	return reconcile.Result{}, requestReconcile(ctx, t.client, exp)
+}
+
+// requestReconcile asks Gardener's generic reconciler for a reconciliation of exp the way Gardener itself does, with
+// the operation annotation, unless exp is not of this controller, is being deleted or has an operation pending.
+func requestReconcile(ctx context.Context, c client.Client, exp *extensionsv1alpha1.SelfHostedShootExposure) error {
+	if exp.Spec.Type != Type || exp.DeletionTimestamp != nil || exp.Annotations[v1beta1constants.GardenerOperation] != "" {
+		return nil
+	}
 	patch := client.MergeFrom(exp.DeepCopy())
 	metav1.SetMetaDataAnnotation(&exp.ObjectMeta, v1beta1constants.GardenerOperation, v1beta1constants.GardenerOperationReconcile)
-	return reconcile.Result{}, t.client.Patch(ctx, exp, patch)
+	return c.Patch(ctx, exp, patch)
+}
+
+// clusterTriggerName names the controller that watches the Cluster resources.
+const clusterTriggerName = ControllerName + "-cluster"
+
+// addClusterTrigger watches the Cluster resources. Gardener does not copy the Shoot's exposure providerConfig into the
+// exposure and redeploys the exposure only when its type or endpoints change; so when the Shoot's exposure
+// configuration or networking changes, this asks for a reconciliation of the cilium exposures in the Cluster's
+// namespace (on a self-hosted shoot, the Cluster kube-system and the exposure beside it).
+func addClusterTrigger(mgr manager.Manager) error {
+	return builder.ControllerManagedBy(mgr).
+		Named(clusterTriggerName).
+		Watches(&extensionsv1alpha1.Cluster{}, &handler.EnqueueRequestForObject{}, builder.WithPredicates(exposureInputChanged)).
+		Complete(&clusterTrigger{client: mgr.GetClient()})
+}
+
+// exposureInputChanged: the parts of the Shoot the exposure reads changed.
+var exposureInputChanged = predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return !equality.Semantic.DeepEqual(exposureInput(e.ObjectOld), exposureInput(e.ObjectNew))
+	},
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+// exposureInput is what of the Cluster's Shoot the exposure depends on: its workers (where the control plane's
+// exposure and its providerConfig are), networking and kube-proxy setting. A Shoot that does not decode counts as
+// changed, so that the exposure reports it.
+func exposureInput(obj client.Object) any {
+	shoot, err := extensions.ShootFromCluster(obj.(*extensionsv1alpha1.Cluster))
+	if err != nil || shoot == nil {
+		return obj.GetResourceVersion()
+	}
+	return []any{shoot.Spec.Provider.Workers, shoot.Spec.Networking, shoot.Spec.Kubernetes.KubeProxy}
+}
+
+type clusterTrigger struct {
+	client client.Client
+}
+
+func (t *clusterTrigger) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	list := &extensionsv1alpha1.SelfHostedShootExposureList{}
+	if err := t.client.List(ctx, list, client.InNamespace(req.Name)); err != nil {
+		return reconcile.Result{}, err
+	}
+	for i := range list.Items {
+		if err := requestReconcile(ctx, t.client, &list.Items[i]); client.IgnoreNotFound(err) != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	return reconcile.Result{}, nil
 }

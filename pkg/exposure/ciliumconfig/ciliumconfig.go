@@ -1,5 +1,6 @@
-// Package ciliumconfig knows which `cilium-config` settings an exposure needs: the webhook switches them on, the
-// exposure checks them.
+// Package ciliumconfig knows which `cilium-config` settings an exposure needs. The features come from the Shoot's
+// NetworkConfig through networking-cilium, and the exposure checks that they arrived; the webhook only fills in the
+// L2 lease timings the NetworkConfig leaves unset and keeps the agents' client rate limit at Cilium's defaults.
 package ciliumconfig
 
 import (
@@ -41,9 +42,9 @@ func Switches(cfg *exposure.ExposureConfig) map[string]string {
 	return s
 }
 
-// Settings are all settings the exposure needs: the switches, and for L2 the lease timings.
-func Settings(cfg *exposure.ExposureConfig) map[string]string {
-	s := Switches(cfg)
+// LeaseTimings are the exposure's L2 lease timings as `cilium-config` settings (none for BGP).
+func LeaseTimings(cfg *exposure.ExposureConfig) map[string]string {
+	s := map[string]string{}
 	if l2 := cfg.L2; cfg.Announcement == exposure.AnnouncementL2 && l2 != nil {
 		if l2.LeaseDuration != nil {
 			s[KeyL2LeaseDuration] = l2.LeaseDuration.Duration.String()
@@ -58,26 +59,23 @@ func Settings(cfg *exposure.ExposureConfig) map[string]string {
 	return s
 }
 
-// Enable writes the settings into the data of `cilium-config` and makes sure that the client rate limit is not below
-// Cilium's defaults (10 QPS, burst 20), which the L2 announcer's lease renewals need (Cilium's L2 documentation sizes
-// it as services / renew deadline). Other keys stay as they are. It reports whether it changed anything.
-func Enable(data map[string]string, cfg *exposure.ExposureConfig) bool {
-	changed := false
-	for k, v := range Settings(cfg) {
-		if data[k] != v {
-			data[k] = v
-			changed = true
-		}
+// Complete writes into the data of `cilium-config` the given L2 lease timings when the L2 announcer is on, and makes
+// sure that the client rate limit is not below Cilium's defaults (10 QPS, burst 20), which the L2 announcer's lease
+// renewals need (Cilium's L2 documentation sizes it as services / renew deadline). It switches no feature on: a
+// feature the Shoot does not enable would lack the agents' RBAC and kube-proxy replacement, and report a success
+// Cilium does not deliver.
+func Complete(data, leaseTimings map[string]string) {
+	// Timings without the announcer would only mislead whoever reads the ConfigMap.
+	if data[KeyL2Announcements] == enabled {
+		maps.Copy(data, leaseTimings)
 	}
 	for key, floor := range map[string]int{KeyClientQPS: minClientQPS, KeyClientBurst: minBurst} {
 		if v, ok := data[key]; ok {
 			if n, err := strconv.ParseFloat(v, 64); err == nil && n < float64(floor) {
 				data[key] = strconv.Itoa(floor)
-				changed = true
 			}
 		}
 	}
-	return changed
 }
 
 // Check reports which switches the exposure needs are off in `cilium-config`. LB-IPAM is on unless switched off
@@ -95,8 +93,8 @@ func Check(data map[string]string, cfg *exposure.ExposureConfig) error {
 		}
 	}
 	if len(off) > 0 {
-		return fmt.Errorf("%s does not enable what announcement %s needs: %s; the extension's webhook sets these when "+
-			"Cilium's configuration is applied, and the agents and operator pick them up when they restart",
+		return fmt.Errorf("%s does not enable what announcement %s needs: %s; networking-cilium renders them from the Shoot's "+
+			"spec.networking.providerConfig, and the agents and operator pick them up when they restart",
 			configMapRef, cfg.Announcement, strings.Join(off, ", "))
 	}
 	return nil

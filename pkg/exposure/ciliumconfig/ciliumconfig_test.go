@@ -1,6 +1,7 @@
 package ciliumconfig
 
 import (
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -18,28 +19,35 @@ func l2() *exposure.ExposureConfig {
 	}}
 }
 
-func TestEnableL2(t *testing.T) {
-	data := map[string]string{"enable-l2-announcements": "false", "k8s-client-qps": "5", "k8s-client-burst": "50", "debug": "true"}
-	if !Enable(data, l2()) {
-		t.Fatal("no change reported")
-	}
-	for k, v := range map[string]string{
-		"enable-lb-ipam": "true", "enable-l2-announcements": "true", "l2-announcements-lease-duration": "5s",
-		"l2-announcements-renew-deadline": "3s", "l2-announcements-retry-period": "500ms",
-		"k8s-client-qps": "10", "k8s-client-burst": "50", "debug": "true",
+func TestCompleteWritesTimingsAndSwitchesNothing(t *testing.T) {
+	timings := LeaseTimings(l2())
+	for name, tc := range map[string]struct {
+		data, want map[string]string
+	}{
+		// networking-cilium's chart renders its own defaults (15s/5s/2s) with the announcer.
+		"announcer on": {
+			data: map[string]string{"enable-l2-announcements": "true", "l2-announcements-lease-duration": "15s", "k8s-client-qps": "5", "k8s-client-burst": "50", "debug": "true"},
+			want: map[string]string{"enable-l2-announcements": "true", "l2-announcements-lease-duration": "5s",
+				"l2-announcements-renew-deadline": "3s", "l2-announcements-retry-period": "500ms",
+				"k8s-client-qps": "10", "k8s-client-burst": "50", "debug": "true"},
+		},
+		"announcer off": {
+			data: map[string]string{"enable-l2-announcements": "false"},
+			want: map[string]string{"enable-l2-announcements": "false"},
+		},
+		"announcer unset": {data: map[string]string{}, want: map[string]string{}},
 	} {
-		if data[k] != v {
-			t.Errorf("%s = %q, want %q", k, data[k], v)
-		}
-	}
-	if _, ok := data["enable-bgp-control-plane"]; ok {
-		t.Error("L2 switched on BGP")
-	}
-	if Enable(data, l2()) {
-		t.Error("a second pass changed something")
-	}
-	if err := Check(data, l2()); err != nil {
-		t.Error(err)
+		t.Run(name, func(t *testing.T) {
+			Complete(tc.data, timings)
+			if !maps.Equal(tc.data, tc.want) {
+				t.Errorf("completed to %v, want %v", tc.data, tc.want)
+			}
+			again := maps.Clone(tc.data)
+			Complete(again, timings)
+			if !maps.Equal(again, tc.data) {
+				t.Errorf("a second pass changed %v to %v", tc.data, again)
+			}
+		})
 	}
 }
 
@@ -55,5 +63,8 @@ func TestCheck(t *testing.T) {
 	}
 	if err := Check(map[string]string{}, l2()); err == nil || !strings.Contains(err.Error(), "enable-l2-announcements") {
 		t.Errorf("error %v", err)
+	}
+	if err := Check(map[string]string{"enable-l2-announcements": "true"}, l2()); err != nil {
+		t.Error(err)
 	}
 }

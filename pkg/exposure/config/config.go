@@ -3,8 +3,11 @@ package config
 
 import (
 	"fmt"
+	"maps"
+	"net/netip"
 	"slices"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -14,6 +17,7 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure/helper"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure/validation"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
 )
 
 // Type is the exposure type this extension serves: `controlPlane.exposure.extension.type: cilium`.
@@ -63,10 +67,42 @@ func Load(exp *extensionsv1alpha1.SelfHostedShootExposure, shoot *gardencorev1be
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if errs := validation.ValidateExposureConfig(cfg, Families(shoot), path); len(errs) > 0 {
+	if errs := validation.ValidateExposureConfig(cfg, Environment(exp, shoot), path); len(errs) > 0 {
 		return nil, errs.ToAggregate()
 	}
 	return cfg, nil
+}
+
+// Environment is what the configuration is validated against: the shoot's IP families and networks, the
+// control-plane nodes' addresses in the exposure (exp may be nil), and the labels that make the exposure's objects
+// its own.
+func Environment(exp *extensionsv1alpha1.SelfHostedShootExposure, shoot *gardencorev1beta1.Shoot) validation.Environment {
+	env := validation.Environment{Families: Families(shoot), ReservedLabels: slices.Sorted(maps.Keys(resources.Labels("", "")))}
+	if shoot != nil && shoot.Spec.Networking != nil {
+		networking := field.NewPath("shoot", "spec", "networking")
+		for _, n := range []struct {
+			name  string
+			cidr  *string
+			nodes bool
+		}{{"nodes", shoot.Spec.Networking.Nodes, true}, {"pods", shoot.Spec.Networking.Pods, false}, {"services", shoot.Spec.Networking.Services, false}} {
+			if n.cidr == nil {
+				continue
+			}
+			if prefix, err := netip.ParsePrefix(*n.cidr); err == nil {
+				env.Networks = append(env.Networks, validation.Network{Path: networking.Child(n.name), Prefix: prefix, Nodes: n.nodes})
+			}
+		}
+	}
+	if exp != nil {
+		for _, e := range exp.Spec.Endpoints {
+			for _, a := range e.Addresses {
+				if addr, err := netip.ParseAddr(a.Address); err == nil && (a.Type == corev1.NodeInternalIP || a.Type == corev1.NodeExternalIP) {
+					env.NodeAddresses = append(env.NodeAddresses, addr)
+				}
+			}
+		}
+	}
+	return env
 }
 
 // Describe is a short description for logs.

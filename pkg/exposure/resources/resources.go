@@ -35,6 +35,13 @@ const (
 	LabelExposureName      = "selfhostedshootexposure.extensions.gardener.cloud/name"
 	LabelExposureNamespace = "selfhostedshootexposure.extensions.gardener.cloud/namespace"
 
+	// SelectorKeyServiceNamespace and SelectorKeyServiceName are the keys Cilium adds to a Service's labels when it
+	// matches a service selector: LB-IPAM's pools (operator/pkg/lbipam svcLabels), L2 announcement policies
+	// (pkg/l2announcer svcAndMetaLabels) and BGP advertisements (pkg/bgp/manager/reconciler serviceLabelSet), in
+	// Cilium 1.19 and 1.20. Selecting by them, the exposure's objects serve its own Service and no look-alike.
+	SelectorKeyServiceNamespace = "io.kubernetes.service.namespace"
+	SelectorKeyServiceName      = "io.kubernetes.service.name"
+
 	// AnnotationLoadBalancerIPs pins the VIP (operator/pkg/lbipam getSVCRequestedIPs; pkg/annotation/k8s.go).
 	AnnotationLoadBalancerIPs = "lbipam.cilium.io/ips"
 	// LabelEndpointSliceManagedBy marks the slices as ours; Cilium ignores only its own mesh controller's slices.
@@ -217,11 +224,14 @@ func objectMeta(name, namespace string, in Input) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: Labels(in.Name, in.Namespace)}
 }
 
-// serviceSelector selects the exposure's Service for LB-IPAM, the L2 announcer and the BGP advertisement.
+// serviceSelector selects the exposure's Service, and only it, for LB-IPAM, the L2 announcer and the BGP
+// advertisement: by its namespace and name, which no other Service can carry, and by its ownership labels.
 func serviceSelector(in Input) *slimv1.LabelSelector {
 	return &slimv1.LabelSelector{MatchLabels: map[string]string{
-		LabelExposureName:      in.Name,
-		LabelExposureNamespace: in.Namespace,
+		SelectorKeyServiceNamespace: in.Namespace,
+		SelectorKeyServiceName:      ServiceName(in.Name),
+		LabelExposureName:           in.Name,
+		LabelExposureNamespace:      in.Namespace,
 	}}
 }
 
@@ -318,7 +328,10 @@ func pool(in Input) *ciliumv2.CiliumLoadBalancerIPPool {
 	p := &ciliumv2.CiliumLoadBalancerIPPool{
 		TypeMeta:   metav1.TypeMeta{APIVersion: ciliumv2.SchemeGroupVersion.String(), Kind: "CiliumLoadBalancerIPPool"},
 		ObjectMeta: objectMeta(clusterScopedName(in), "", in),
-		Spec:       ciliumv2.CiliumLoadBalancerIPPoolSpec{ServiceSelector: serviceSelector(in)},
+		// The pool's CIDRs are blocks of VIPs, not subnets: every address is usable, as Cilium does when the field is
+		// unset (operator/pkg/lbipam reserves the first and last address only for "No"). Explicit, so that a pinned
+		// VIP at either end never depends on a default.
+		Spec: ciliumv2.CiliumLoadBalancerIPPoolSpec{ServiceSelector: serviceSelector(in), AllowFirstLastIPs: ciliumv2.AllowFirstLastIPYes},
 	}
 	for _, c := range in.Config.Pool.CIDRs {
 		p.Spec.Blocks = append(p.Spec.Blocks, ciliumv2.CiliumLoadBalancerIPPoolIPBlock{Cidr: ciliumv2.IPv4orIPv6CIDR(c)})

@@ -2,6 +2,7 @@ package resources
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -96,10 +97,25 @@ func TestBuildIPv4L2(t *testing.T) {
 	if sel := objs.Pool.Spec.ServiceSelector.MatchLabels; sel[LabelExposureName] != "bare-metal" || sel[LabelExposureNamespace] != "kube-system" {
 		t.Errorf("pool selector %v", sel)
 	}
+	// Cilium matches service selectors against the Service's labels plus its namespace and name
+	// (operator/pkg/lbipam svcLabels, pkg/l2announcer svcAndMetaLabels, pkg/bgp/manager/reconciler serviceLabelSet).
+	asCiliumSees := func(svc *corev1.Service) map[string]string {
+		l := maps.Clone(svc.Labels)
+		l[SelectorKeyServiceNamespace], l[SelectorKeyServiceName] = svc.Namespace, svc.Name
+		return l
+	}
+	lookAlike := svc.DeepCopy()
+	lookAlike.Namespace = "default"
 	for k, v := range objs.Pool.Spec.ServiceSelector.MatchLabels {
-		if svc.Labels[k] != v {
+		if asCiliumSees(svc)[k] != v {
 			t.Errorf("the pool's selector %s=%s does not match the Service", k, v)
 		}
+	}
+	if objs.Pool.Spec.ServiceSelector.MatchLabels[SelectorKeyServiceNamespace] == asCiliumSees(lookAlike)[SelectorKeyServiceNamespace] {
+		t.Error("the pool selects a Service with the same name and labels in another namespace")
+	}
+	if objs.Pool.Spec.AllowFirstLastIPs != ciliumv2.AllowFirstLastIPYes {
+		t.Errorf("allowFirstLastIPs %q, want Yes: every address of the pool's blocks is a VIP", objs.Pool.Spec.AllowFirstLastIPs)
 	}
 
 	p := objs.L2Policy

@@ -71,8 +71,9 @@ func createCiliumConfig(t *testing.T) {
 	}
 }
 
-// TestCiliumConfigGetsTheExposureFeatures: the webhook switches on in cilium-config what the shoot's exposure needs.
-func TestCiliumConfigGetsTheExposureFeatures(t *testing.T) {
+// TestCiliumConfigGetsTheLeaseTimings: with the chart's L2 announcer on, the webhook adds the exposure's lease
+// timings to cilium-config.
+func TestCiliumConfigGetsTheLeaseTimings(t *testing.T) {
 	createCiliumConfig(t)
 	cm := &corev1.ConfigMap{}
 	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: cilium.Namespace, Name: cilium.ConfigMapName}, cm); err != nil {
@@ -138,16 +139,6 @@ func TestExposureLifecycle(t *testing.T) {
 	reconcile(t, exp, func(e *extensionsv1alpha1.SelfHostedShootExposure) {
 		e.Spec.ProviderConfig = &runtime.RawExtension{Raw: []byte(fixtures.ExposureConfigBGP)}
 	})
-	// The cilium-config of this suite has the L2 announcer on but not BGP: the exposure must say so.
-	waitForState(t, exp, gardencorev1beta1.LastOperationStateError)
-	if exp.Status.LastError == nil || !strings.Contains(exp.Status.LastError.Description, "enable-bgp-control-plane") {
-		t.Fatalf("lastError %+v, want one naming enable-bgp-control-plane", exp.Status.LastError)
-	}
-	if got := owned(t, exp); got["CiliumBGPClusterConfig"] != 0 || got["CiliumL2AnnouncementPolicy"] != 1 {
-		t.Errorf("a configuration Cilium cannot serve changed objects: %v", got)
-	}
-	enableBGP(t)
-	reconcile(t, exp, func(*extensionsv1alpha1.SelfHostedShootExposure) {})
 	waitForState(t, exp, gardencorev1beta1.LastOperationStateSucceeded)
 	if got, want := owned(t, exp), map[string]int{"Service": 1, "EndpointSlice": 1, "CiliumLoadBalancerIPPool": 1,
 		"CiliumBGPAdvertisement": 1, "CiliumBGPClusterConfig": 1, "CiliumBGPPeerConfig": 2}; !equalCounts(got, want) {
@@ -172,18 +163,6 @@ func TestExposureLifecycle(t *testing.T) {
 	}
 	if got := owned(t, exp); len(got) != 0 {
 		t.Errorf("left behind: %v", got)
-	}
-}
-
-func enableBGP(t *testing.T) {
-	t.Helper()
-	cm := &corev1.ConfigMap{}
-	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: cilium.Namespace, Name: cilium.ConfigMapName}, cm); err != nil {
-		t.Fatal(err)
-	}
-	cm.Data["enable-bgp-control-plane"] = "true"
-	if err := env.Client.Update(context.Background(), cm); err != nil {
-		t.Fatal(err)
 	}
 }
 

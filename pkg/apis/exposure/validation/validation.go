@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -32,9 +33,45 @@ func FamilyOf(a netip.Addr) Family {
 	return IPv6
 }
 
-// ValidateExposureConfig validates cfg for a shoot with the given IP families; the pool must offer an address of
-// each.
-func ValidateExposureConfig(cfg *exposure.ExposureConfig, families []Family, fldPath *field.Path) field.ErrorList {
+// Environment is what the configuration is validated against.
+type Environment struct {
+	// Families are the shoot's IP families; the pool must offer an address of each.
+	Families []Family
+	// Networks are the shoot's node, pod and service networks (spec.networking).
+	Networks []Network
+	// NodeAddresses are the control-plane nodes' addresses (the exposure's spec.endpoints), when known.
+	NodeAddresses []netip.Addr
+	// ReservedLabels are label keys the extension sets on its own objects.
+	ReservedLabels []string
+}
+
+// Network is one of the shoot's networks.
+type Network struct {
+	// Path is the Shoot field it comes from, Prefix its CIDR.
+	Path   *field.Path
+	Prefix netip.Prefix
+	// Nodes: the node network, where an L2-announced VIP must lie; the pod and service networks never hold one.
+	Nodes bool
+}
+
+// specialRanges are address ranges that never hold a VIP: nothing outside the host answers for them, or everyone does.
+var specialRanges = []struct {
+	prefix netip.Prefix
+	what   string
+}{
+	{netip.MustParsePrefix("0.0.0.0/8"), "the \"this network\" range 0.0.0.0/8"},
+	{netip.MustParsePrefix("127.0.0.0/8"), "the loopback range 127.0.0.0/8"},
+	{netip.MustParsePrefix("169.254.0.0/16"), "the link-local range 169.254.0.0/16"},
+	{netip.MustParsePrefix("224.0.0.0/4"), "the multicast range 224.0.0.0/4"},
+	{netip.MustParsePrefix("240.0.0.0/4"), "the reserved range 240.0.0.0/4 (with the broadcast address)"},
+	{netip.MustParsePrefix("::/128"), "the unspecified address ::"},
+	{netip.MustParsePrefix("::1/128"), "the loopback address ::1"},
+	{netip.MustParsePrefix("fe80::/10"), "the link-local range fe80::/10"},
+	{netip.MustParsePrefix("ff00::/8"), "the multicast range ff00::/8"},
+}
+
+// ValidateExposureConfig validates cfg in env.
+func ValidateExposureConfig(cfg *exposure.ExposureConfig, env Environment, fldPath *field.Path) field.ErrorList {
 	allErrs := field.ErrorList{}
 
 	switch cfg.Announcement {
@@ -46,7 +83,7 @@ func ValidateExposureConfig(cfg *exposure.ExposureConfig, families []Family, fld
 		if cfg.BGP == nil {
 			allErrs = append(allErrs, field.Required(fldPath.Child("bgp"), "announcement BGP needs a bgp section"))
 		} else {
-			allErrs = append(allErrs, validateBGP(cfg.BGP, fldPath.Child("bgp"))...)
+			allErrs = append(allErrs, validateBGP(cfg.BGP, env.ReservedLabels, fldPath.Child("bgp"))...)
 		}
 	default:
 		allErrs = append(allErrs, field.NotSupported(fldPath.Child("announcement"), cfg.Announcement,
@@ -58,11 +95,12 @@ func ValidateExposureConfig(cfg *exposure.ExposureConfig, families []Family, fld
 	if len(errs) > 0 {
 		return allErrs
 	}
-	for _, f := range families {
+	for _, f := range env.Families {
 		if !pool.Has(f) {
 			allErrs = append(allErrs, field.Invalid(fldPath.Child("pool"), cfg.Pool, fmt.Sprintf("the shoot has IP family %s, but the pool has no %s address", f, f)))
 		}
 	}
+	allErrs = append(allErrs, validatePoolPlacement(cfg, pool, env, fldPath)...)
 
 	seen := sets.New[Family]()
 	for i, ip := range cfg.LoadBalancerIPs {
@@ -79,8 +117,77 @@ func ValidateExposureConfig(cfg *exposure.ExposureConfig, families []Family, fld
 			allErrs = append(allErrs, field.Duplicate(p, ip))
 		}
 		seen.Insert(FamilyOf(addr))
+		if slices.Contains(env.NodeAddresses, addr) {
+			allErrs = append(allErrs, field.Invalid(p, ip, "is a control-plane node's own address: the VIP must be an address no node has"))
+		}
+		for _, n := range env.Networks {
+			if n.Nodes && addr.Is4() && n.Prefix.Bits() < 31 && (addr == n.Prefix.Masked().Addr() || addr == lastAddr(n.Prefix)) {
+				allErrs = append(allErrs, field.Invalid(p, ip, fmt.Sprintf("is the network or broadcast address of the node network %s (%s)", n.Prefix, n.Path)))
+			}
+		}
 	}
 	return allErrs
+}
+
+// validatePoolPlacement rejects pool blocks in special ranges or in the shoot's pod and service networks, and an
+// unpinned pool that could hand out a node's address.
+func validatePoolPlacement(cfg *exposure.ExposureConfig, pool Pool, env Environment, fldPath *field.Path) field.ErrorList {
+	allErrs := field.ErrorList{}
+	type block struct {
+		path        *field.Path
+		value       any
+		first, last netip.Addr
+	}
+	var blocks []block
+	for i, p := range pool.Prefixes {
+		blocks = append(blocks, block{fldPath.Child("pool", "cidrs").Index(i), cfg.Pool.CIDRs[i], p.Masked().Addr(), lastAddr(p)})
+	}
+	for i, r := range pool.Ranges {
+		blocks = append(blocks, block{fldPath.Child("pool", "ranges").Index(i), cfg.Pool.Ranges[i], r[0], r[1]})
+	}
+	overlaps := func(b block, p netip.Prefix) bool {
+		return b.first.Is4() == p.Addr().Is4() && !lastAddr(p).Less(b.first) && !b.last.Less(p.Masked().Addr())
+	}
+	for _, b := range blocks {
+		if (b.first == netip.IPv4Unspecified() && b.last == netip.MustParseAddr("255.255.255.255")) || (b.first == netip.IPv6Unspecified() && b.last.Next() == (netip.Addr{})) {
+			allErrs = append(allErrs, field.Invalid(b.path, b.value, "covers every address: give the block of VIPs the exposure may use"))
+			continue
+		}
+		for _, r := range specialRanges {
+			if overlaps(b, r.prefix) {
+				allErrs = append(allErrs, field.Invalid(b.path, b.value, "overlaps "+r.what+", which cannot hold a VIP"))
+			}
+		}
+		for _, n := range env.Networks {
+			if overlaps(b, n.Prefix) {
+				if !n.Nodes {
+					allErrs = append(allErrs, field.Invalid(b.path, b.value, fmt.Sprintf("overlaps the shoot's network %s (%s)", n.Prefix, n.Path)))
+				} else if len(cfg.LoadBalancerIPs) == 0 {
+					allErrs = append(allErrs, field.Invalid(b.path, b.value, fmt.Sprintf("overlaps the node network %s (%s): pin the VIP with loadBalancerIPs, "+
+						"so that LB-IPAM never hands out an address a node has or will get", n.Prefix, n.Path)))
+				}
+			}
+		}
+		if len(cfg.LoadBalancerIPs) == 0 {
+			for _, a := range env.NodeAddresses {
+				if a.Is4() == b.first.Is4() && !a.Less(b.first) && !b.last.Less(a) {
+					allErrs = append(allErrs, field.Invalid(b.path, b.value, fmt.Sprintf("holds the control-plane node address %s, which LB-IPAM could hand out: "+
+						"leave it out of the pool or pin the VIP with loadBalancerIPs", a)))
+				}
+			}
+		}
+	}
+	return allErrs
+}
+
+// lastAddr is the last address of p.
+func lastAddr(p netip.Prefix) netip.Addr {
+	a := p.Masked().Addr().AsSlice()
+	for i := p.Bits(); i < len(a)*8; i++ {
+		a[i/8] |= 1 << (7 - i%8)
+	}
+	last, _ := netip.AddrFromSlice(a)
+	return last
 }
 
 // Pool is a parsed address pool.
@@ -191,9 +298,13 @@ func validateL2(l2 *exposure.L2, fldPath *field.Path) field.ErrorList {
 
 const maxASN = 4294967295
 
-func validateBGP(bgp *exposure.BGP, fldPath *field.Path) field.ErrorList {
+func validateBGP(bgp *exposure.BGP, reservedLabels []string, fldPath *field.Path) field.ErrorList {
 	allErrs := field.ErrorList{}
 	for k, v := range bgp.AdvertisementLabels {
+		if slices.Contains(reservedLabels, k) {
+			allErrs = append(allErrs, field.Invalid(fldPath.Child("advertisementLabels").Key(k), k,
+				"is a label the extension sets to own the advertisement: overriding it would orphan the advertisement and leave the VIP unadvertised"))
+		}
 		for _, msg := range validation.IsQualifiedName(k) {
 			allErrs = append(allErrs, field.Invalid(fldPath.Child("advertisementLabels").Key(k), k, msg))
 		}
