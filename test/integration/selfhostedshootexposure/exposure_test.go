@@ -135,11 +135,16 @@ func TestExposureLifecycle(t *testing.T) {
 		t.Errorf("endpoints %v, want %v", addrs, want)
 	}
 
-	// L2 -> BGP: the L2 policy goes, the BGP objects come, the Service is replaced for its new class.
+	// L2 -> BGP: the L2 policy goes, the BGP objects come, the Service is replaced for its new class, last.
+	order := watchOrder(t, svc)
 	reconcile(t, exp, func(e *extensionsv1alpha1.SelfHostedShootExposure) {
 		e.Spec.ProviderConfig = &runtime.RawExtension{Raw: []byte(fixtures.ExposureConfigBGP)}
 	})
 	waitForState(t, exp, gardencorev1beta1.LastOperationStateSucceeded)
+	// A watch begins with the existing Service's ADDED.
+	if got := order(); slices.Index(got, "CiliumBGPAdvertisement added") < 0 || slices.Index(got, "Service deleted") < slices.Index(got, "CiliumBGPAdvertisement added") {
+		t.Errorf("events in order %v: want the advertisement added before the Service of the old class is deleted", got)
+	}
 	if got, want := owned(t, exp), map[string]int{"Service": 1, "EndpointSlice": 1, "CiliumLoadBalancerIPPool": 1,
 		"CiliumBGPAdvertisement": 1, "CiliumBGPClusterConfig": 1, "CiliumBGPPeerConfig": 2}; !equalCounts(got, want) {
 		t.Errorf("objects %v, want %v", got, want)

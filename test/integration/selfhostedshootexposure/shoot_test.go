@@ -4,13 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -175,5 +179,46 @@ func deleteAndWait(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure
 	}
 	if err := env.WaitUntilGone(context.Background(), exp, 45*time.Second); err != nil {
 		t.Error(err)
+	}
+}
+
+// watchOrder watches the Service svc and the BGP advertisements, and returns a function that lists what happened so
+// far, in order ("CiliumBGPAdvertisement added", "Service deleted", ...).
+func watchOrder(t *testing.T, svc *corev1.Service) func() []string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	c, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Client.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu     sync.Mutex
+		events []string
+	)
+	for kind, list := range map[string]client.ObjectList{"Service": &corev1.ServiceList{}, "CiliumBGPAdvertisement": &ciliumv2.CiliumBGPAdvertisementList{}} {
+		var opts []client.ListOption
+		if kind == "Service" {
+			opts = append(opts, client.InNamespace(svc.Namespace), client.MatchingFields{"metadata.name": svc.Name})
+		}
+		w, err := c.Watch(ctx, list, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			defer w.Stop()
+			for e := range w.ResultChan() {
+				if e.Type == watch.Added || e.Type == watch.Deleted {
+					mu.Lock()
+					events = append(events, kind+" "+strings.ToLower(string(e.Type)))
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(events)
 	}
 }

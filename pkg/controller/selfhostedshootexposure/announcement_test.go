@@ -1,0 +1,97 @@
+package selfhostedshootexposure
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	reconcilerutils "github.com/gardener/gardener/pkg/controllerutils/reconciler"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
+)
+
+var exposureService = &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "cilium-exposure-bare-metal"}}
+
+func lease(holder string, renewed time.Duration) *coordinationv1.Lease {
+	renewTime := metav1.NewMicroTime(time.Now().Add(-renewed))
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "cilium-l2announce-kube-system-cilium-exposure-bare-metal"},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), LeaseDurationSeconds: ptr.To[int32](5), RenewTime: &renewTime},
+	}
+}
+
+// nodeConfig is node's CiliumBGPNodeConfig with the exposure's instance and one peer in state.
+func nodeConfig(node, state string, advertised int32) *ciliumv2.CiliumBGPNodeConfig {
+	return &ciliumv2.CiliumBGPNodeConfig{
+		ObjectMeta: metav1.ObjectMeta{Name: node},
+		Status: ciliumv2.CiliumBGPNodeStatus{BGPInstances: []ciliumv2.CiliumBGPNodeInstanceStatus{{
+			Name: resources.BGPInstanceName,
+			PeerStatuses: []ciliumv2.CiliumBGPNodePeerStatus{{
+				Name: "tor-a", PeerAddress: "10.0.0.1", PeeringState: ptr.To(state),
+				RouteCount: []ciliumv2.BGPFamilyRouteCount{{Afi: "ipv4", Safi: "unicast", Advertised: ptr.To(advertised)}},
+			}},
+		}}},
+	}
+}
+
+func actuatorWith(objs ...client.Object) *actuator {
+	for _, n := range fixtures.Nodes() {
+		objs = append(objs, n)
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(objs...).WithStatusSubresource(&ciliumv2.CiliumBGPNodeConfig{}).Build()
+	return &actuator{client: c, reader: c, recorder: record.NewFakeRecorder(10), ingressWait: 300 * time.Millisecond}
+}
+
+func TestWaitForAnnouncement(t *testing.T) {
+	l2 := &exposure.ExposureConfig{Announcement: exposure.AnnouncementL2}
+	l2OnWorkers := &exposure.ExposureConfig{Announcement: exposure.AnnouncementL2, L2: &exposure.L2{
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelHostname: "worker-0"}},
+	}}
+	bgp := &exposure.ExposureConfig{Announcement: exposure.AnnouncementBGP, BGP: &exposure.BGP{}}
+	for name, tc := range map[string]struct {
+		cfg     *exposure.ExposureConfig
+		objs    []client.Object
+		want    []string // announcers; none: waiting
+		waiting string
+	}{
+		"L2, no lease":              {cfg: l2, waiting: "no node took lease kube-system/cilium-l2announce-kube-system-cilium-exposure-bare-metal"},
+		"L2, control-plane holder":  {cfg: l2, objs: []client.Object{lease("cp-1", time.Second)}, want: []string{"cp-1"}},
+		"L2, worker holder":         {cfg: l2, objs: []client.Object{lease("worker-0", time.Second)}, waiting: "is held by worker-0, which the L2 policy does not select"},
+		"L2, holder stopped":        {cfg: l2, objs: []client.Object{lease("cp-1", time.Minute)}, waiting: "of cp-1 is not renewed"},
+		"L2, policy on the workers": {cfg: l2OnWorkers, objs: []client.Object{lease("worker-0", 0)}, want: []string{"worker-0"}},
+		"BGP, no node config":       {cfg: bgp, waiting: "no CiliumBGPNodeConfig of a node the BGP configuration selects"},
+		"BGP, session idle":         {cfg: bgp, objs: []client.Object{nodeConfig("cp-0", "active", 0)}, waiting: "no established BGP session that advertises routes in the CiliumBGPNodeConfigs of cp-0"},
+		"BGP, nothing advertised":   {cfg: bgp, objs: []client.Object{nodeConfig("cp-0", "established", 0)}, waiting: "of cp-0"},
+		"BGP, a worker's session":   {cfg: bgp, objs: []client.Object{nodeConfig("worker-0", "established", 1)}, waiting: "no CiliumBGPNodeConfig of a node the BGP configuration selects"},
+		"BGP, two control-plane nodes": {cfg: bgp, objs: []client.Object{nodeConfig("cp-2", "established", 1), nodeConfig("cp-0", "established", 1), nodeConfig("cp-1", "idle", 0)},
+			want: []string{"cp-0", "cp-2"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := actuatorWith(tc.objs...).waitForAnnouncement(context.Background(), exposureService, tc.cfg)
+			if tc.waiting == "" {
+				if err != nil || strings.Join(got, ",") != strings.Join(tc.want, ",") {
+					t.Errorf("announcers %v (%v), want %v", got, err, tc.want)
+				}
+				return
+			}
+			requeue := &reconcilerutils.RequeueAfterError{}
+			if !errors.As(err, &requeue) || !strings.Contains(err.Error(), "waiting for Cilium to announce the VIP: ") || !strings.Contains(err.Error(), tc.waiting) {
+				t.Errorf("error %v, want a requeue that says %q", err, tc.waiting)
+			}
+		})
+	}
+}
