@@ -282,6 +282,15 @@ func (d *demo) exposure(ctx context.Context) ([]string, error) {
 	fmt.Fprintf(table, "%s\t%s\t%s\t%s %s\t%s\n", exp.Name, exp.Spec.Type, strings.Join(vips, ","), exp.Status.LastOperation.Type,
 		exp.Status.LastOperation.State, took.Round(time.Millisecond))
 	_ = table.Flush()
+	events := &corev1.EventList{}
+	if err := c.List(ctx, events, client.InNamespace(exp.Namespace)); err != nil {
+		return nil, err
+	}
+	for _, e := range events.Items {
+		if e.InvolvedObject.Name == exp.Name && e.Reason == "Announced" {
+			fmt.Printf("event %s: %s\n", e.Reason, e.Message)
+		}
+	}
 	fmt.Println()
 	if err := d.printObjects(ctx, exp); err != nil {
 		return nil, err
