@@ -5,14 +5,18 @@ import (
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/charts"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/helm"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
 )
 
 const namespace = "extension-cilium-selfhosted"
@@ -155,6 +159,43 @@ func TestLeastPrivilege(t *testing.T) {
 	for _, b := range find[*rbacv1.ClusterRoleBinding](objs) {
 		if len(b.Subjects) != 1 || b.Subjects[0].Name != "gardener-extension-cilium-selfhosted" || b.Subjects[0].Namespace != namespace {
 			t.Errorf("binding %s subjects %+v", b.Name, b.Subjects)
+		}
+	}
+}
+
+// TestAdmissionPoliciesKeepCiliumPinned: on a self-hosted shoot the chart ships the policies that refuse updates
+// unpinning Cilium while the webhook is unreachable, with the names the extension uses, for UPDATE only (a CREATE at
+// bootstrap must pass), denying; elsewhere none.
+func TestAdmissionPoliciesKeepCiliumPinned(t *testing.T) {
+	if policies := find[*admissionregistrationv1.ValidatingAdmissionPolicy](render(t, nil)); len(policies) != 0 {
+		t.Errorf("%d admission policies outside a self-hosted shoot", len(policies))
+	}
+	objs := render(t, testenv.ChartValuesSelfHosted)
+	policies := find[*admissionregistrationv1.ValidatingAdmissionPolicy](objs)
+	bindings := find[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](objs)
+	if len(policies) != 2 || len(bindings) != 2 {
+		t.Fatalf("%d policies, %d bindings, want 2 each", len(policies), len(bindings))
+	}
+	var text strings.Builder
+	for i, p := range policies {
+		for _, r := range p.Spec.MatchConstraints.ResourceRules {
+			if !slices.Equal(r.Operations, []admissionregistrationv1.OperationType{admissionregistrationv1.Update}) {
+				t.Errorf("policy %s matches %v, want UPDATE only", p.Name, r.Operations)
+			}
+		}
+		if b := bindings[i]; b.Spec.PolicyName != p.Name || !slices.Equal(b.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}) {
+			t.Errorf("binding %s: %+v", b.Name, b.Spec)
+		}
+		for _, v := range p.Spec.Variables {
+			text.WriteString(v.Expression + "\n")
+		}
+		for _, c := range p.Spec.MatchConditions {
+			text.WriteString(c.Expression + "\n")
+		}
+	}
+	for _, name := range append([]string{"'" + apiserverendpoints.VolumeName + "'", "'" + cilium.ConfigMapName + "'"}, cilium.APIServerFlags...) {
+		if !strings.Contains(text.String(), name) {
+			t.Errorf("the policies do not name %s:\n%s", name, text.String())
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/client-go/tools/clientcmd"
@@ -20,10 +21,10 @@ import (
 // ChartValuesSelfHosted are the values gardenadm gives the extension's chart on a self-hosted shoot.
 var ChartValuesSelfHosted = map[string]any{"gardener": map[string]any{"selfHostedShootCluster": true}}
 
-// ApplyChartRBAC renders the extension's chart as on a self-hosted shoot into ExtensionNamespace, creates its
-// ServiceAccount and RBAC, and writes a kubeconfig that impersonates that ServiceAccount. It returns the kubeconfig's
-// path: the extension run with it may do exactly what the chart grants.
-func (e *Env) ApplyChartRBAC(ctx context.Context) (string, error) {
+// ApplyChartAccess renders the extension's chart as on a self-hosted shoot into ExtensionNamespace, creates its
+// ServiceAccount, RBAC and admission policies, and writes a kubeconfig that impersonates that ServiceAccount. It
+// returns the kubeconfig's path: the extension run with it may do exactly what the chart grants.
+func (e *Env) ApplyChartAccess(ctx context.Context) (string, error) {
 	chart, err := helm.LoadFS(charts.FS, charts.ChartPath)
 	if err != nil {
 		return "", err
@@ -37,7 +38,8 @@ func (e *Env) ApplyChartRBAC(ctx context.Context) (string, error) {
 		switch o := obj.(type) {
 		case *corev1.ServiceAccount:
 			serviceAccount = o
-		case *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding, *rbacv1.Role, *rbacv1.RoleBinding:
+		case *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding, *rbacv1.Role, *rbacv1.RoleBinding,
+			*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
 		default:
 			continue
 		}

@@ -92,7 +92,7 @@ func runSuite(m *testing.M, shoot *gardencorev1beta1.Shoot, setup Setup) (int, e
 // flags, as the chart's ServiceAccount (impersonated, with exactly the chart's RBAC), and waits until it has
 // registered its webhooks. The caller stops Extension.
 func (e *Env) RunExtension(ctx context.Context, binary string) error {
-	kubeconfig, err := e.ApplyChartRBAC(ctx)
+	kubeconfig, err := e.ApplyChartAccess(ctx)
 	if err != nil {
 		return err
 	}
