@@ -60,7 +60,7 @@ func TestDefaultValues(t *testing.T) {
 		t.Error("hostNetwork outside a self-hosted shoot")
 	}
 	for _, want := range []string{"--self-hosted-shoot-cluster=false", "--webhook-config-namespace=" + namespace, "--webhook-config-mode=service",
-		"--webhook-config-server-port=19443", "--metrics-bind-address=:19080", "--health-bind-address=:19081"} {
+		"--webhook-config-server-port=19443", "--metrics-bind-address=$(POD_IP):19080", "--health-bind-address=$(POD_IP):19081"} {
 		if !slices.Contains(args(d), want) {
 			t.Errorf("args %v lack %s", args(d), want)
 		}
@@ -92,10 +92,21 @@ func TestSelfHostedValues(t *testing.T) {
 	if !slices.ContainsFunc(spec.Tolerations, func(t corev1.Toleration) bool { return t.Key == "node-role.kubernetes.io/control-plane" }) {
 		t.Errorf("tolerations %v lack the control-plane taint", spec.Tolerations)
 	}
-	for _, want := range []string{"--self-hosted-shoot-cluster=true", "--webhook-config-server-port=30002", "--metrics-bind-address=:30001", "--health-bind-address=:30003"} {
+	for _, want := range []string{"--self-hosted-shoot-cluster=true", "--webhook-config-server-port=30002", "--metrics-bind-address=$(POD_IP):30001", "--health-bind-address=$(POD_IP):30003"} {
 		if !slices.Contains(args(d), want) {
 			t.Errorf("args %v lack %s", args(d), want)
 		}
+	}
+	// kube-apiserver of its own node, not the `kubernetes` ClusterIP that Cilium serves; the bind address is the pod's.
+	env := map[string]string{}
+	for _, e := range spec.Containers[0].Env {
+		env[e.Name] = e.Value
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			env[e.Name] = e.ValueFrom.FieldRef.FieldPath
+		}
+	}
+	if env["KUBERNETES_SERVICE_HOST"] != "localhost" || env["KUBERNETES_SERVICE_PORT"] != "443" || env["POD_IP"] != "status.podIP" {
+		t.Errorf("env %v, want KUBERNETES_SERVICE_HOST=localhost, KUBERNETES_SERVICE_PORT=443 and POD_IP from status.podIP", env)
 	}
 	for _, obj := range objs {
 		if obj.GetObjectKind().GroupVersionKind().Kind == "PodDisruptionBudget" {
@@ -123,6 +134,13 @@ func TestLeastPrivilege(t *testing.T) {
 	objs := render(t, map[string]any{"gardener": map[string]any{"selfHostedShootCluster": true}})
 	var rules []rbacv1.PolicyRule
 	for _, cr := range find[*rbacv1.ClusterRole](objs) {
+		// The role for the metrics' scraper, which the extension is not bound to.
+		if cr.Name == "gardener-extension-cilium-selfhosted-metrics-reader" {
+			if len(cr.Rules) != 1 || !slices.Equal(cr.Rules[0].NonResourceURLs, []string{"/metrics"}) || !slices.Equal(cr.Rules[0].Verbs, []string{"get"}) {
+				t.Errorf("metrics reader %+v", cr.Rules)
+			}
+			continue
+		}
 		for _, r := range cr.Rules {
 			if slices.Contains(r.Resources, "secrets") {
 				t.Errorf("ClusterRole %s grants Secrets cluster-wide: %+v", cr.Name, r)

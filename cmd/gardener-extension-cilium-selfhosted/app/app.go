@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	extensionscontroller "github.com/gardener/gardener/extensions/pkg/controller"
@@ -122,9 +123,13 @@ func (o *options) run(ctx context.Context) error {
 	// on all of them.
 	options.Client.Cache = &client.CacheOptions{DisableFor: []client.Object{&admissionregistrationv1.MutatingWebhookConfiguration{}}}
 	if server, ok := options.WebhookServer.(*webhook.DefaultServer); ok {
-		// TLS 1.2 is Go's default minimum too; stating it keeps it so whatever the toolchain defaults to.
-		server.Options.TLSOpts = append(server.Options.TLSOpts, func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 })
+		server.Options.TLSOpts = append(server.Options.TLSOpts, serverTLS)
 	}
+	// Metrics only over TLS and only for callers whom kube-apiserver authenticates and authorizes for /metrics: in the
+	// host network of a self-hosted shoot the port is reachable from the node's network.
+	options.Metrics.SecureServing = true
+	options.Metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
+	options.Metrics.TLSOpts = append(options.Metrics.TLSOpts, serverTLS)
 	mgr, err := manager.New(o.rest.Completed().Config, options)
 	if err != nil {
 		return fmt.Errorf("could not instantiate manager: %w", err)
@@ -153,6 +158,14 @@ func (o *options) run(ctx context.Context) error {
 		return fmt.Errorf("could not add controllers to manager: %w", err)
 	}
 	return mgr.Start(ctx)
+}
+
+// serverTLS sets what the webhook and metrics servers accept: TLS 1.2 or newer (Go's default minimum too; stated, so
+// that it holds whatever the toolchain defaults to) and HTTP/1.1 only, which keeps HTTP/2's stream-reset and
+// rapid-reset attacks (CVE-2023-44487, CVE-2023-39325) away from the host network.
+func serverTLS(c *tls.Config) {
+	c.MinVersion = tls.VersionTLS12
+	c.NextProtos = []string{"http/1.1"}
 }
 
 // cacheScope keeps the informers of namespaced kinds to the namespaces the extension works in, so that its RBAC can

@@ -16,10 +16,13 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
@@ -369,8 +372,12 @@ func TestJoiningControlPlaneNode(t *testing.T) {
 	if err := env.CreateNode(ctx, joining); err != nil {
 		t.Fatal(err)
 	}
+	// The node goes again, and the tests that follow see the fixtures' control plane once the endpoints say so.
 	defer func() {
 		if err := env.Client.Delete(ctx, joining); err != nil && !apierrors.IsNotFound(err) {
+			t.Error(err)
+		}
+		if err := waitForURLs(ctx, fixtures.ControlPlaneURLs); err != nil {
 			t.Error(err)
 		}
 	}()
@@ -386,7 +393,8 @@ func TestJoiningControlPlaneNode(t *testing.T) {
 	}
 }
 
-// TestWebhookServesTLS12AndNewerOnly dials the registered webhook URL with TLS 1.1 and with TLS 1.2.
+// TestWebhookServesTLS12AndNewerOnly dials the registered webhook URL with TLS 1.1 and with TLS 1.2, and offers HTTP/2,
+// which the server declines.
 func TestWebhookServesTLS12AndNewerOnly(t *testing.T) {
 	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
 	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: testenv.WebhookConfigName}, mwc); err != nil {
@@ -400,6 +408,15 @@ func TestWebhookServesTLS12AndNewerOnly(t *testing.T) {
 	if !roots.AppendCertsFromPEM(mwc.Webhooks[0].ClientConfig.CABundle) {
 		t.Fatal("no CA in the caBundle")
 	}
+	// Offered HTTP/2, the server settles on HTTP/1.1.
+	conn, err := tls.Dial("tcp", u.Host, &tls.Config{RootCAs: roots, NextProtos: []string{"h2", "http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := conn.ConnectionState().NegotiatedProtocol; p != "http/1.1" {
+		t.Errorf("the webhook server negotiated %q, want http/1.1 only", p)
+	}
+	conn.Close()
 	for _, tc := range []struct {
 		version uint16
 		ok      bool
@@ -457,9 +474,11 @@ func TestWebhookDown(t *testing.T) {
 	verifyPod(t, "pod on cp-2 once the webhook is back", pod, &corev1.Pod{Spec: agent.Spec.Template.Spec}, true, cms)
 }
 
-// TestMetricsAndHealthBindAsConfigured: the endpoints answer on the configured loopback addresses and nowhere else.
+// TestMetricsAndHealthBindAsConfigured: the endpoints answer on the configured loopback addresses and nowhere else;
+// metrics only over TLS (HTTP/1.1), and only to a caller that kube-apiserver authenticates and authorizes for
+// /metrics (the chart's metrics-reader role), never without a token.
 func TestMetricsAndHealthBindAsConfigured(t *testing.T) {
-	for path, addr := range map[string]string{"/metrics": env.MetricsAddress, "/healthz": env.HealthAddress, "/readyz": env.HealthAddress} {
+	for path, addr := range map[string]string{"/healthz": env.HealthAddress, "/readyz": env.HealthAddress} {
 		resp, err := http.Get("http://" + addr + path)
 		if err != nil {
 			t.Errorf("%s on %s: %v", path, addr, err)
@@ -468,6 +487,15 @@ func TestMetricsAndHealthBindAsConfigured(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			t.Errorf("%s on %s: %s", path, addr, resp.Status)
+		}
+	}
+	for _, tc := range []struct {
+		token string
+		want  int
+	}{{"", http.StatusUnauthorized}, {metricsReaderToken(t), http.StatusOK}} {
+		status, proto := getMetrics(t, tc.token)
+		if status != tc.want || proto != "HTTP/1.1" {
+			t.Errorf("GET /metrics with token %v: %d over %s, want %d over HTTP/1.1", tc.token != "", status, proto, tc.want)
 		}
 	}
 	// The same ports on the machine's other addresses refuse connections.
@@ -488,6 +516,49 @@ func TestMetricsAndHealthBindAsConfigured(t *testing.T) {
 			}
 		}
 	}
+}
+
+// getMetrics gets /metrics over TLS, offering HTTP/2, with a bearer token unless empty. The serving certificate is
+// the server's own; what is tested is who may read.
+func getMetrics(t *testing.T, token string) (int, string) {
+	t.Helper()
+	transport := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: true} //nolint:gosec // see above
+	defer transport.CloseIdleConnections()
+	req, err := http.NewRequest(http.MethodGet, "https://"+env.MetricsAddress+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := (&http.Client{Transport: transport, Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("GET /metrics: %v", err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode, resp.Proto
+}
+
+// metricsReaderToken is a token of a ServiceAccount bound to the chart's metrics-reader ClusterRole, as Prometheus'.
+func metricsReaderToken(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: testenv.ExtensionNamespace, Name: "metrics-scraper"}}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "metrics-scraper"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "gardener-extension-cilium-selfhosted-metrics-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: sa.Namespace, Name: sa.Name}},
+	}
+	for _, obj := range []client.Object{sa, binding} {
+		if err := env.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	request := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)}}
+	if err := env.Client.SubResource("token").Create(ctx, sa, request); err != nil {
+		t.Fatal(err)
+	}
+	return request.Status.Token
 }
 
 // TestWorkersSpreadOverControlPlane: pods on different nodes off the control plane list the control-plane nodes in
