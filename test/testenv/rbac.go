@@ -18,6 +18,9 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/helm"
 )
 
+// extensionKubeconfig is the file in Dir with the kubeconfig of the extension's identity.
+const extensionKubeconfig = "extension-kubeconfig"
+
 // ChartValuesSelfHosted are the values gardenadm gives the extension's chart on a self-hosted shoot.
 var ChartValuesSelfHosted = map[string]any{"gardener": map[string]any{"selfHostedShootCluster": true}}
 
@@ -59,7 +62,7 @@ func (e *Env) ApplyChartAccess(ctx context.Context) (string, error) {
 		user.Impersonate = "system:serviceaccount:" + serviceAccount.Namespace + ":" + serviceAccount.Name
 		user.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + serviceAccount.Namespace, "system:authenticated"}
 	}
-	path := filepath.Join(e.Dir, "extension-kubeconfig")
+	path := filepath.Join(e.Dir, extensionKubeconfig)
 	return path, clientcmd.WriteToFile(*config, path)
 }
 
@@ -75,4 +78,14 @@ func Forbidden(log string) []string {
 		}
 	}
 	return lines
+}
+
+// ExtensionClient is a client with the extension's own identity: the chart's ServiceAccount, impersonated as
+// ApplyChartAccess set it up.
+func (e *Env) ExtensionClient() (client.Client, error) {
+	config, err := clientcmd.BuildConfigFromFlags("", filepath.Join(e.Dir, extensionKubeconfig))
+	if err != nil {
+		return nil, err
+	}
+	return client.New(config, client.Options{Scheme: e.Client.Scheme()})
 }

@@ -1,0 +1,67 @@
+package apiserveraccess_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
+)
+
+// TestExtensionWritesOnlyWhatItOwns: with the extension's own identity (the chart's ServiceAccount), writes to
+// coredns' ConfigMap, to a Service it does not own, and a new MutatingWebhookConfiguration are refused, although its
+// RBAC, which cannot name what it creates, would allow them; a write to its own endpoints ConfigMap is let through.
+func TestExtensionWritesOnlyWhatItOwns(t *testing.T) {
+	ctx := context.Background()
+	asExtension, err := env.ExtensionClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	coredns := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: cilium.Namespace, Name: "coredns"}, Data: map[string]string{"Corefile": ".:53 {}"}}
+	foreign := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: cilium.Namespace, Name: "someone-elses"},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 443}}},
+	}
+	for _, obj := range []client.Object{coredns, foreign} {
+		if err := env.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), obj) })
+	}
+	addLabel := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"app.kubernetes.io/managed-by":"gardener-extension-cilium-selfhosted"}}}`))
+	// RBAC names the one ConfigMap the extension patches; what RBAC cannot name, the chart's policy refuses.
+	for what, tc := range map[string]struct {
+		write    func() error
+		byPolicy bool
+	}{
+		"patching coredns' ConfigMap": {func() error { return asExtension.Patch(ctx, coredns.DeepCopy(), addLabel) }, false},
+		"creating a ConfigMap": {func() error {
+			return asExtension.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: cilium.Namespace, Name: "rogue"}})
+		}, true},
+		"patching a foreign Service": {func() error { return asExtension.Patch(ctx, foreign.DeepCopy(), addLabel) }, true},
+		"deleting a foreign Service": {func() error { return asExtension.Delete(ctx, foreign.DeepCopy()) }, true},
+		"registering another webhook": {func() error {
+			return asExtension.Create(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "over-secrets"}})
+		}, true},
+	} {
+		err := tc.write()
+		switch {
+		case !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err):
+			t.Errorf("%s as the extension: %v, want a refusal", what, err)
+		case tc.byPolicy && !strings.Contains(err.Error(), "gardener-extension-cilium-selfhosted may write only"):
+			t.Errorf("%s as the extension was refused, but not by the chart's policy: %v", what, err)
+		}
+	}
+	own := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: cilium.Namespace, Name: apiserverendpoints.ConfigMapName}}
+	if err := asExtension.Patch(ctx, own, client.RawPatch(types.MergePatchType, []byte(`{}`))); err != nil {
+		t.Errorf("patching its own endpoints ConfigMap: %v", err)
+	}
+}
