@@ -58,7 +58,8 @@ func ArchiveFS(fsys fs.FS, root string) ([]byte, error) {
 }
 
 // ControllerRegistration renders the ControllerDeployment (with the chart inlined) and the ControllerRegistration
-// that make Gardener install this extension for SelfHostedShootExposures of type cilium.
+// that make Gardener install this extension on every shoot with networking type cilium, whatever exposes its control
+// plane, and for SelfHostedShootExposures of type cilium.
 func ControllerRegistration() ([]byte, error) {
 	chart, err := Archive()
 	if err != nil {
@@ -81,6 +82,15 @@ func ControllerRegistration() ([]byte, error) {
 				Type: "cilium",
 				// The exposure follows control-plane membership: gardenlet updates spec.endpoints as nodes come and go.
 				ContinuousEndpointUpdate: new(true),
+			}, {
+				// Not primary: networking-cilium reconciles the Network. Declaring its kind and type makes gardenadm and
+				// gardenlet install this extension wherever a shoot needs Network/cilium (they install every
+				// registration that names a required kind and type: pkg/gardenadm/botanist/extensions.go
+				// computeWantedControllerRegistrationNames), so that the webhook pins Cilium also on shoots exposed by
+				// DNS or another provider, and never elsewhere.
+				Kind:    "Network",
+				Type:    "cilium",
+				Primary: new(false),
 			}},
 			Deployment: &gardencorev1beta1.ControllerRegistrationDeployment{
 				DeploymentRefs: []gardencorev1beta1.DeploymentRef{{Name: Name}},

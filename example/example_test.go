@@ -42,7 +42,9 @@ func TestControllerRegistrationIsCurrent(t *testing.T) {
 	}
 }
 
-func TestControllerRegistration(t *testing.T) {
+// registration decodes controller-registration.yaml strictly.
+func registration(t *testing.T) (*gardencorev1.ControllerDeployment, *gardencorev1beta1.ControllerRegistration) {
+	t.Helper()
 	s := runtime.NewScheme()
 	if err := gardencorev1.AddToScheme(s); err != nil {
 		t.Fatal(err)
@@ -73,9 +75,15 @@ func TestControllerRegistration(t *testing.T) {
 	if deployment == nil || registration == nil {
 		t.Fatal("want a ControllerDeployment and a ControllerRegistration")
 	}
+	return deployment, registration
+}
+
+func TestControllerRegistration(t *testing.T) {
+	deployment, registration := registration(t)
 	r := registration.Spec.Resources
-	if len(r) != 1 || r[0].Kind != extensionsv1alpha1.SelfHostedShootExposureResource || r[0].Type != "cilium" {
-		t.Errorf("resources %+v, want SelfHostedShootExposure/cilium", r)
+	if len(r) != 2 || r[0].Kind != extensionsv1alpha1.SelfHostedShootExposureResource || r[0].Type != "cilium" ||
+		r[1].Kind != extensionsv1alpha1.NetworkResource || r[1].Type != "cilium" || r[1].Primary == nil || *r[1].Primary {
+		t.Errorf("resources %+v, want SelfHostedShootExposure/cilium and Network/cilium, not primary", r)
 	}
 	if refs := registration.Spec.Deployment.DeploymentRefs; len(refs) != 1 || refs[0].Name != deployment.Name {
 		t.Errorf("deployment refs %+v", refs)
