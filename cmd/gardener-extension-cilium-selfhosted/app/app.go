@@ -130,6 +130,9 @@ func (o *options) run(ctx context.Context) error {
 	options.Metrics.SecureServing = true
 	options.Metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
 	options.Metrics.TLSOpts = append(options.Metrics.TLSOpts, serverTLS)
+	// A replica that stops hands its controllers over at once instead of after the lease duration; webhooks are served
+	// by every replica regardless.
+	options.LeaderElectionReleaseOnCancel = true
 	mgr, err := manager.New(o.rest.Completed().Config, options)
 	if err != nil {
 		return fmt.Errorf("could not instantiate manager: %w", err)
