@@ -3,9 +3,13 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
 
@@ -140,6 +144,69 @@ func (e *Env) StopExtension(ctx context.Context, kill bool) {
 func (e *Env) StartExtensionAgain() error {
 	e.extensionLogs.WriteString(e.Extension.Log() + "--- restarted ---\n")
 	var err error
-	e.Extension, err = e.StartExtension(e.extensionCommand[0], e.extensionCommand[1:])
-	return err
+	if e.Extension, err = e.StartExtension(e.extensionCommand[0], e.extensionCommand[1:]); err != nil {
+		return err
+	}
+	return e.waitUntilReady(e.Extension)
+}
+
+// waitUntilReady waits until the extension's readiness endpoint says ready (its webhook server runs and its caches
+// have synced; it need not lead), or the process ends.
+func (e *Env) waitUntilReady(p *Process) error {
+	hc := &http.Client{Timeout: time.Second}
+	err := WaitFor(context.Background(), time.Minute, func(ctx context.Context) (bool, error) {
+		select {
+		case <-p.Stopped():
+			return false, fmt.Errorf("the extension exited: %v", p.Err())
+		default:
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+e.HealthAddress+"/readyz", nil)
+		if err != nil {
+			return false, err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the restarted extension is not ready: %w\n%s", err, p.LogTail(20))
+	}
+	return nil
+}
+
+// StartReplica starts a second extension process beside the one RunSuite started, with the same flags except where
+// it must differ: its own webhook server port, certificate directory, metrics and health addresses. The webhook
+// configuration keeps pointing at the first process (as a Service would at both, in service mode). It returns the
+// process and the address of its webhook server.
+func (e *Env) StartReplica() (*Process, string, error) {
+	webhookPort, err := FreePort()
+	if err != nil {
+		return nil, "", err
+	}
+	metricsPort, err := FreePort()
+	if err != nil {
+		return nil, "", err
+	}
+	healthPort, err := FreePort()
+	if err != nil {
+		return nil, "", err
+	}
+	replace := map[string]string{
+		"--webhook-config-server-port": strconv.Itoa(webhookPort),
+		"--webhook-config-cert-dir":    filepath.Join(e.Dir, "webhook-certs-replica"),
+		"--metrics-bind-address":       "127.0.0.1:" + strconv.Itoa(metricsPort),
+		"--health-bind-address":        "127.0.0.1:" + strconv.Itoa(healthPort),
+	}
+	args := make([]string, 0, len(e.extensionCommand)-1)
+	for _, arg := range e.extensionCommand[1:] {
+		if name, _, ok := strings.Cut(arg, "="); ok && replace[name] != "" {
+			arg = name + "=" + replace[name]
+		}
+		args = append(args, arg)
+	}
+	p, err := StartProcess(filepath.Join(e.Dir, "extension-replica.log"), e.extensionCommand[0], args...)
+	return p, "127.0.0.1:" + strconv.Itoa(webhookPort), err
 }
