@@ -8,6 +8,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -108,10 +109,19 @@ func TestSelfHostedValues(t *testing.T) {
 	if env["KUBERNETES_SERVICE_HOST"] != "localhost" || env["KUBERNETES_SERVICE_PORT"] != "443" || env["POD_IP"] != "status.podIP" {
 		t.Errorf("env %v, want KUBERNETES_SERVICE_HOST=localhost, KUBERNETES_SERVICE_PORT=443 and POD_IP from status.podIP", env)
 	}
-	for _, obj := range objs {
-		if obj.GetObjectKind().GroupVersionKind().Kind == "PodDisruptionBudget" {
-			t.Error("a PodDisruptionBudget for the one replica would block draining its node")
-		}
+	// However many replicas the resource manager sets: one pod at a time is replaced and may be evicted, never a new
+	// one beside the old on the same node (host ports), and never two on one node.
+	if st := d.Spec.Strategy; st.Type != appsv1.RollingUpdateDeploymentStrategyType || st.RollingUpdate == nil ||
+		st.RollingUpdate.MaxUnavailable.IntValue() != 1 || st.RollingUpdate.MaxSurge.IntValue() != 0 {
+		t.Errorf("strategy %+v, want RollingUpdate with maxUnavailable 1 and maxSurge 0", st)
+	}
+	if a := spec.Affinity; a == nil || a.PodAntiAffinity == nil || len(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) != 1 ||
+		a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution[0].TopologyKey != corev1.LabelHostname {
+		t.Errorf("affinity %+v, want a required anti-affinity per node", spec.Affinity)
+	}
+	pdbs := find[*policyv1.PodDisruptionBudget](objs)
+	if len(pdbs) != 1 || pdbs[0].Spec.MaxUnavailable == nil || pdbs[0].Spec.MaxUnavailable.IntValue() != 1 {
+		t.Errorf("PodDisruptionBudgets %+v, want one with maxUnavailable 1", pdbs)
 	}
 }
 
