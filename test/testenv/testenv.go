@@ -268,7 +268,8 @@ func (e *Env) ExtensionFlags(kubeconfig, namespace string, webhookPort int) []st
 	}
 }
 
-// WaitFor polls cond every 100ms until it returns true or an error, or timeout passes.
+// WaitFor polls cond every 100ms until it returns true or timeout passes. An error from cond does not end the wait
+// (kube-apiserver may be restarting); the last one is reported with the timeout.
 func WaitFor(ctx context.Context, timeout time.Duration, cond func(context.Context) (bool, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
