@@ -14,11 +14,9 @@ import (
 	slimv1 "github.com/cilium/cilium/pkg/k8s/slim/k8s/apis/meta/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
@@ -29,7 +27,7 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
 )
 
-// holdLease takes the L2 announcement lease of the exposure's Service for node and renews it every half second until
+// holdLease takes the L2 announcement lease of the exposure's Service for node and renews it until
 // stopped (at the latest when the test ends), as the agent of node would once the L2 policy selects it
 // (pkg/l2announcer, client-go leader election). No agents run in this suite; test/datapath has real ones.
 func holdLease(t *testing.T, serviceName, node string) (stop func()) {
@@ -37,18 +35,7 @@ func holdLease(t *testing.T, serviceName, node string) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	name := cilium.L2AnnouncementLeaseName(cilium.Namespace, serviceName)
 	renew := func(ctx context.Context) (bool, error) {
-		lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: cilium.Namespace, Name: name}}
-		err := env.Client.Get(ctx, client.ObjectKeyFromObject(lease), lease)
-		now := metav1.NewMicroTime(time.Now())
-		lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds, lease.Spec.RenewTime = ptr.To(node), ptr.To[int32](5), &now
-		switch {
-		case apierrors.IsNotFound(err):
-			lease.Spec.AcquireTime = &now
-			err = env.Client.Create(ctx, lease)
-		case err == nil:
-			err = env.Client.Update(ctx, lease)
-		}
-		if err != nil {
+		if err := env.HoldL2Lease(ctx, name, node); err != nil {
 			t.Logf("renewing lease %s: %v", name, err)
 		}
 		return false, nil

@@ -47,7 +47,7 @@ func (e *Env) announce(ctx context.Context, node string, except []string) error 
 		}
 		switch *svc.Spec.LoadBalancerClass {
 		case ciliumv2alpha1.L2AnnounceLoadBalancerClass:
-			if err := e.holdLease(ctx, cilium.L2AnnouncementLeaseName(svc.Namespace, svc.Name), node); err != nil {
+			if err := e.HoldL2Lease(ctx, cilium.L2AnnouncementLeaseName(svc.Namespace, svc.Name), node); err != nil {
 				return err
 			}
 		case ciliumv2.BGPLoadBalancerClass:
@@ -59,8 +59,9 @@ func (e *Env) announce(ctx context.Context, node string, except []string) error 
 	return nil
 }
 
-// holdLease takes the lease for node, or renews it about every second.
-func (e *Env) holdLease(ctx context.Context, name, node string) error {
+// HoldL2Lease takes the L2 announcement lease name in Cilium's namespace for node, as its agent would, or renews it if
+// the last renewal is a second old or more.
+func (e *Env) HoldL2Lease(ctx context.Context, name, node string) error {
 	lease := &coordinationv1.Lease{}
 	err := e.Client.Get(ctx, client.ObjectKey{Namespace: cilium.Namespace, Name: name}, lease)
 	now := metav1.NewMicroTime(time.Now())

@@ -138,7 +138,7 @@ func (a *actuator) Reconcile(ctx context.Context, log logr.Logger, exp *extensio
 	}
 	log.Info("Cilium LB-IPAM assigned the VIP, waiting for Cilium to announce it", "ingress", ingress, "waited", time.Since(start).String())
 	start = time.Now()
-	announcers, err := a.waitForAnnouncement(ctx, objs.Service, cfg)
+	announcers, err := a.waitForAnnouncement(ctx, objs)
 	if err != nil {
 		return nil, err
 	}

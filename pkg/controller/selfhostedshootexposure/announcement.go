@@ -8,18 +8,17 @@ import (
 	"time"
 
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
+	slimlabels "github.com/cilium/cilium/pkg/k8s/slim/k8s/apis/labels"
+	slimv1 "github.com/cilium/cilium/pkg/k8s/slim/k8s/apis/meta/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1beta1constants "github.com/gardener/gardener/pkg/apis/core/v1beta1/constants"
 	reconcilerutils "github.com/gardener/gardener/pkg/controllerutils/reconciler"
 
-	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
 )
@@ -31,17 +30,20 @@ const announcementPoll = 200 * time.Millisecond
 // waitForAnnouncement waits, within ingressWait, until Cilium announces the VIP, and returns the nodes that announce
 // it; until then it says what it waits for, by name. An address LB-IPAM wrote is not yet a reachable VIP: the
 // announcer may be switched off, lack its RBAC or kube-proxy replacement, or select no node.
-func (a *actuator) waitForAnnouncement(ctx context.Context, svc *corev1.Service, cfg *exposure.ExposureConfig) ([]string, error) {
+//
+// Which nodes may announce is read from the objects as applied (the L2 policy's or the BGP cluster config's node
+// selector), so that this check and what Cilium is told cannot differ.
+func (a *actuator) waitForAnnouncement(ctx context.Context, objs *resources.Objects) ([]string, error) {
 	var (
 		announcers []string
 		waiting    string
 	)
 	err := wait.PollUntilContextTimeout(ctx, announcementPoll, a.ingressWait, true, func(ctx context.Context) (bool, error) {
 		var err error
-		if cfg.Announcement == exposure.AnnouncementBGP {
-			announcers, waiting, err = a.bgpAnnouncers(ctx, cfg)
+		if objs.L2Policy != nil {
+			announcers, waiting, err = a.l2Announcer(ctx, objs.Service, objs.L2Policy.Spec.NodeSelector)
 		} else {
-			announcers, waiting, err = a.l2Announcer(ctx, svc, cfg)
+			announcers, waiting, err = a.bgpAnnouncers(ctx, objs.ClusterConfig)
 		}
 		return len(announcers) > 0, err
 	})
@@ -54,8 +56,9 @@ func (a *actuator) waitForAnnouncement(ctx context.Context, svc *corev1.Service,
 	return nil, &reconcilerutils.RequeueAfterError{RequeueAfter: 2 * time.Second, Cause: fmt.Errorf("waiting for Cilium to announce the VIP: %s", waiting)}
 }
 
-// l2Announcer is the node that holds and renews the Service's L2 announcement lease, if the L2 policy selects it.
-func (a *actuator) l2Announcer(ctx context.Context, svc *corev1.Service, cfg *exposure.ExposureConfig) ([]string, string, error) {
+// l2Announcer is the node that holds and renews the Service's L2 announcement lease, if the L2 policy's node selector
+// selects it.
+func (a *actuator) l2Announcer(ctx context.Context, svc *corev1.Service, nodeSelector *slimv1.LabelSelector) ([]string, string, error) {
 	lease := &coordinationv1.Lease{}
 	key := client.ObjectKey{Namespace: cilium.Namespace, Name: cilium.L2AnnouncementLeaseName(svc.Namespace, svc.Name)}
 	if err := a.reader.Get(ctx, key, lease); err != nil {
@@ -75,7 +78,11 @@ func (a *actuator) l2Announcer(ctx context.Context, svc *corev1.Service, cfg *ex
 	if err := a.client.Get(ctx, client.ObjectKey{Name: holder}, node); err != nil {
 		return nil, "", fmt.Errorf("reading node %s, which holds lease %s: %w", holder, key, err)
 	}
-	if selector := l2NodeSelector(cfg); !selector.Matches(labels.Set(node.Labels)) {
+	selector, err := slimv1.LabelSelectorAsSelector(nodeSelector)
+	if err != nil {
+		return nil, "", err
+	}
+	if !selector.Matches(labels.Set(node.Labels)) {
 		return nil, fmt.Sprintf("lease %s is held by %s, which the L2 policy does not select (%s)", key, holder, selector), nil
 	}
 	return []string{holder}, "", nil
@@ -89,40 +96,26 @@ func fresh(lease *coordinationv1.Lease, now time.Time) bool {
 	return now.Before(lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second))
 }
 
-func l2NodeSelector(cfg *exposure.ExposureConfig) labels.Selector {
-	if cfg.L2 != nil && cfg.L2.NodeSelector != nil {
-		if s, err := metav1.LabelSelectorAsSelector(cfg.L2.NodeSelector); err == nil {
-			return s
-		}
-	}
-	return controlPlaneSelector()
-}
-
-func controlPlaneSelector() labels.Selector {
-	s, _ := metav1.LabelSelectorAsSelector(&metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-		Key: v1beta1constants.LabelNodeRoleControlPlane, Operator: metav1.LabelSelectorOpExists,
-	}}})
-	return s
-}
-
 // bgpEstablished is the peering state of an established BGP session (CiliumBGPNodeConfig status, from GoBGP's
 // session states).
 const bgpEstablished = "established"
 
-// bgpAnnouncers are the nodes the BGP configuration selects whose CiliumBGPNodeConfig shows an established session
-// with a peer that advertises routes, where the status counts them.
-func (a *actuator) bgpAnnouncers(ctx context.Context, cfg *exposure.ExposureConfig) ([]string, string, error) {
+// bgpAnnouncers are the nodes the exposure's cluster config selects (nil: a reused cluster config, which selects its
+// own nodes) whose CiliumBGPNodeConfig shows an established session with a peer that advertises routes, where the
+// status counts them.
+func (a *actuator) bgpAnnouncers(ctx context.Context, clusterConfig *ciliumv2.CiliumBGPClusterConfig) ([]string, string, error) {
 	list := &ciliumv2.CiliumBGPNodeConfigList{}
 	if err := a.reader.List(ctx, list); err != nil {
 		return nil, "", fmt.Errorf("listing CiliumBGPNodeConfigs: %w", err)
 	}
-	selector := controlPlaneSelector()
-	if cfg.BGP != nil && cfg.BGP.NodeSelector != nil {
-		if s, err := metav1.LabelSelectorAsSelector(cfg.BGP.NodeSelector); err == nil {
-			selector = s
+	reused := clusterConfig == nil
+	var selector slimlabels.Selector
+	if !reused {
+		var err error
+		if selector, err = slimv1.LabelSelectorAsSelector(clusterConfig.Spec.NodeSelector); err != nil {
+			return nil, "", err
 		}
 	}
-	reused := cfg.BGP != nil && cfg.BGP.ClusterConfigName != nil
 	var announcers, seen []string
 	for _, nc := range list.Items {
 		node := &corev1.Node{}

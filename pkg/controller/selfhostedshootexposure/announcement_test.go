@@ -19,6 +19,7 @@ import (
 	reconcilerutils "github.com/gardener/gardener/pkg/controllerutils/reconciler"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure/validation"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
@@ -56,12 +57,26 @@ func actuatorWith(objs ...client.Object) *actuator {
 	return &actuator{client: c, reader: c, recorder: record.NewFakeRecorder(10), ingressWait: 300 * time.Millisecond}
 }
 
+// built are the exposure's objects as the actuator applies them for cfg.
+func built(t *testing.T, cfg *exposure.ExposureConfig) *resources.Objects {
+	t.Helper()
+	cfg.Pool = exposure.Pool{CIDRs: []string{"203.0.113.0/28"}}
+	objs, err := resources.Build(resources.Input{
+		Name: "bare-metal", Namespace: "kube-system", Port: 443, Endpoints: fixtures.Exposure("bare-metal", fixtures.Nodes()).Spec.Endpoints,
+		Families: []validation.Family{validation.IPv4}, Config: cfg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
 func TestWaitForAnnouncement(t *testing.T) {
 	l2 := &exposure.ExposureConfig{Announcement: exposure.AnnouncementL2}
 	l2OnWorkers := &exposure.ExposureConfig{Announcement: exposure.AnnouncementL2, L2: &exposure.L2{
 		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelHostname: "worker-0"}},
 	}}
-	bgp := &exposure.ExposureConfig{Announcement: exposure.AnnouncementBGP, BGP: &exposure.BGP{}}
+	bgp := &exposure.ExposureConfig{Announcement: exposure.AnnouncementBGP, BGP: &exposure.BGP{LocalASN: ptr.To[int64](64512)}}
 	for name, tc := range map[string]struct {
 		cfg     *exposure.ExposureConfig
 		objs    []client.Object
@@ -81,7 +96,11 @@ func TestWaitForAnnouncement(t *testing.T) {
 			want: []string{"cp-0", "cp-2"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			got, err := actuatorWith(tc.objs...).waitForAnnouncement(context.Background(), exposureService, tc.cfg)
+			objs := built(t, tc.cfg)
+			if objs.Service.Name != exposureService.Name {
+				t.Fatalf("the exposure's Service is %s, the lease fixture is for %s", objs.Service.Name, exposureService.Name)
+			}
+			got, err := actuatorWith(tc.objs...).waitForAnnouncement(context.Background(), objs)
 			if tc.waiting == "" {
 				if err != nil || strings.Join(got, ",") != strings.Join(tc.want, ",") {
 					t.Errorf("announcers %v (%v), want %v", got, err, tc.want)
