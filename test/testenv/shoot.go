@@ -12,6 +12,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
+	v1beta1constants "github.com/gardener/gardener/pkg/apis/core/v1beta1/constants"
+	resourcesv1alpha1 "github.com/gardener/gardener/pkg/apis/resources/v1alpha1"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
@@ -28,7 +30,15 @@ const WebhookConfigName = "gardener-extension-cilium-selfhosted"
 // the Cluster of shoot, the Nodes with their addresses, and the role label Gardener puts on kube-system.
 func (e *Env) CreateSelfHostedShoot(ctx context.Context, shoot *gardencorev1beta1.Shoot) error {
 	c := e.Client
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ExtensionNamespace}}); err != nil {
+	e.shoot = shoot
+	// Labelled as gardenlet's controllerinstallation reconciler labels it (reconciler.go, GetAndCreateOrMergePatch of
+	// the namespace); its zones annotation only when worker pools name zones.
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ExtensionNamespace, Labels: map[string]string{
+		v1beta1constants.GardenRole:                      v1beta1constants.GardenRoleExtension,
+		v1beta1constants.LabelControllerRegistrationName: RegistrationName,
+		resourcesv1alpha1.HighAvailabilityConfigConsider: "true",
+		resourcesv1alpha1.SystemComponentsConfigConsider: "true",
+	}}}); err != nil {
 		return err
 	}
 	kubeSystem := &corev1.Namespace{}

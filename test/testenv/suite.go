@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -96,7 +97,7 @@ func runSuite(m *testing.M, shoot *gardencorev1beta1.Shoot, setup Setup) (int, e
 // flags, as the chart's ServiceAccount (impersonated, with exactly the chart's RBAC), and waits until it has
 // registered its webhooks. The caller stops Extension.
 func (e *Env) RunExtension(ctx context.Context, binary string) error {
-	kubeconfig, err := e.ApplyChartAccess(ctx)
+	kubeconfig, err := e.InstallChart(ctx)
 	if err != nil {
 		return err
 	}
@@ -151,7 +152,7 @@ func (e *Env) StartExtensionAgain() error {
 }
 
 // waitUntilReady waits until the extension's readiness endpoint says ready (its webhook server runs and its caches
-// have synced; it need not lead), or the process ends.
+// have synced; it need not lead) and its metrics server listens, or the process ends.
 func (e *Env) waitUntilReady(p *Process) error {
 	hc := &http.Client{Timeout: time.Second}
 	err := WaitFor(context.Background(), time.Minute, func(ctx context.Context) (bool, error) {
@@ -169,7 +170,15 @@ func (e *Env) waitUntilReady(p *Process) error {
 			return false, nil
 		}
 		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, nil
+		if resp.StatusCode != http.StatusOK {
+			return false, nil
+		}
+		// The metrics server is started beside the health server, not before it: readiness does not say it listens.
+		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", e.MetricsAddress)
+		if err != nil {
+			return false, nil
+		}
+		return true, conn.Close()
 	})
 	if err != nil {
 		return fmt.Errorf("the restarted extension is not ready: %w\n%s", err, p.LogTail(20))

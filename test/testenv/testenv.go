@@ -19,6 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
+
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
 )
 
@@ -44,6 +46,8 @@ type Env struct {
 	// extensionCommand is its binary and flags, for RestartExtension; extensionLogs the logs of earlier processes.
 	extensionCommand []string
 	extensionLogs    strings.Builder
+	// shoot is the self-hosted shoot of CreateSelfHostedShoot, for the chart's values.
+	shoot *gardencorev1beta1.Shoot
 }
 
 // GardenerCRDs are the CRDs of Gardener's seed API that the extension reads or writes.

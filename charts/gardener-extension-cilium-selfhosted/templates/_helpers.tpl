@@ -14,3 +14,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{ .Values.replicaCount }}
 {{- end -}}
 {{- end -}}
+
+{{- /* "true" when the self-hosted shoot's control plane is highly available (several control-plane nodes). */ -}}
+{{- define "controlPlaneHighlyAvailable" -}}
+{{- $shoot := .Values.gardener.shoot | default dict -}}
+{{- if dig "controlPlane" "highAvailability" "" ($shoot.spec | default dict) -}}
+true
+{{- end -}}
+{{- end -}}

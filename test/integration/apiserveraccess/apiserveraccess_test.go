@@ -31,6 +31,7 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/resourcemanager"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/webhook/apiserveraccess"
 )
@@ -154,8 +155,26 @@ var (
 	installed *ciliumchart.Objects
 )
 
-// installChart creates the objects of Cilium's chart through the API server once the webhook mutates, once for all
-// tests that need them, and returns them as rendered.
+// The ManagedResource in which networking-cilium delivers Cilium's chart to the shoot's resource manager, and its
+// origin (managedresources.CreateForShoot in networking-cilium's actuator).
+const (
+	ciliumManagedResource       = "extension-networking-cilium-config"
+	ciliumManagedResourceOrigin = "extension-networking-cilium"
+)
+
+// shootResourceManager is the shoot's resource manager (class ""), which applies what extensions deliver.
+func shootResourceManager(t *testing.T) *resourcemanager.ResourceManager {
+	t.Helper()
+	rm, err := resourcemanager.New(env.Config, env.Client, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rm
+}
+
+// installChart delivers the objects of Cilium's chart as networking-cilium does, in a ManagedResource applied by
+// Gardener's resource manager, once the webhook mutates, once for all tests that need them, and returns them as
+// rendered.
 func installChart(t *testing.T) *ciliumchart.Objects {
 	t.Helper()
 	installMu.Lock()
@@ -164,11 +183,12 @@ func installChart(t *testing.T) *ciliumchart.Objects {
 		return installed
 	}
 	rendered := renderWhenMutating(t)
-	for _, obj := range rendered.All {
-		created := obj.DeepCopyObject().(client.Object)
-		if err := env.Client.Create(context.Background(), created); err != nil {
-			t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
-		}
+	data, err := resourcemanager.Serialize(rendered.All...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := shootResourceManager(t).DeployForShoot(context.Background(), cilium.Namespace, ciliumManagedResource, ciliumManagedResourceOrigin, data); err != nil {
+		t.Fatalf("the resource manager applying Cilium's chart: %v", err)
 	}
 	installed = rendered
 	return installed

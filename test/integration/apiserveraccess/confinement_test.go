@@ -14,11 +14,13 @@ import (
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
 )
 
 // TestExtensionWritesOnlyWhatItOwns: with the extension's own identity (the chart's ServiceAccount), writes to
-// coredns' ConfigMap, to a Service it does not own, and a new MutatingWebhookConfiguration are refused, although its
-// RBAC, which cannot name what it creates, would allow them; a write to its own endpoints ConfigMap is let through.
+// coredns' ConfigMap, to a Service it does not own, a new MutatingWebhookConfiguration and a change of another are
+// refused: by RBAC where it can name the object, by the chart's policy where RBAC cannot name what it creates or
+// deletes; a write to its own endpoints ConfigMap and its own webhook configuration is let through.
 func TestExtensionWritesOnlyWhatItOwns(t *testing.T) {
 	ctx := context.Background()
 	asExtension, err := env.ExtensionClient()
@@ -50,7 +52,10 @@ func TestExtensionWritesOnlyWhatItOwns(t *testing.T) {
 		"deleting a foreign Service": {func() error { return asExtension.Delete(ctx, foreign.DeepCopy()) }, true},
 		"registering another webhook": {func() error {
 			return asExtension.Create(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "over-secrets"}})
-		}, true},
+		}, false},
+		"changing another webhook configuration": {func() error {
+			return asExtension.Patch(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "someone-elses"}}, addLabel)
+		}, false},
 	} {
 		err := tc.write()
 		switch {
@@ -60,8 +65,12 @@ func TestExtensionWritesOnlyWhatItOwns(t *testing.T) {
 			t.Errorf("%s as the extension was refused, but not by the chart's policy: %v", what, err)
 		}
 	}
-	own := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: cilium.Namespace, Name: apiserverendpoints.ConfigMapName}}
-	if err := asExtension.Patch(ctx, own, client.RawPatch(types.MergePatchType, []byte(`{}`))); err != nil {
-		t.Errorf("patching its own endpoints ConfigMap: %v", err)
+	for _, own := range []client.Object{
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: cilium.Namespace, Name: apiserverendpoints.ConfigMapName}},
+		&admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: testenv.WebhookConfigName}},
+	} {
+		if err := asExtension.Patch(ctx, own, client.RawPatch(types.MergePatchType, []byte(`{}`))); err != nil {
+			t.Errorf("patching its own %T: %v", own, err)
+		}
 	}
 }

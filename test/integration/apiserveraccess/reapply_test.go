@@ -6,42 +6,54 @@ import (
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
-)
+	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
 
-// reapply writes desired over the stored object of its name the way Gardener's resource manager does: it merges the
-// desired object of the ManagedResource into the current one, which for these objects is the desired spec and data,
-// and updates it (pkg/resourcemanager/controller/managedresource merger.go). It returns the object as stored.
-func reapply(ctx context.Context, desired client.Object) (client.Object, error) {
-	current := desired.DeepCopyObject().(client.Object)
-	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(desired), current); err != nil {
-		return nil, err
-	}
-	obj := desired.DeepCopyObject().(client.Object)
-	obj.SetResourceVersion(current.GetResourceVersion())
-	return obj, env.Client.Update(ctx, obj)
-}
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/resourcemanager"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/webhook/apiserveraccess"
+)
 
 func pinned(d *appsv1.DaemonSet) bool {
 	return slices.ContainsFunc(d.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == apiserverendpoints.VolumeName })
 }
 
-// TestResourceManagerReapplyKeepsCiliumPinned: with the webhook unreachable, re-applying Cilium's chart as the
-// resource manager does is refused by the chart's admission policies for every object the webhook had pinned, and the
-// stored objects stay pinned; with the webhook back, the same re-apply is admitted pinned and changes nothing (same
-// generation, same resourceVersion), so no agent rolls.
+// stored reads objs as kube-apiserver stores them now.
+func stored(t *testing.T, objs ...client.Object) []client.Object {
+	t.Helper()
+	var out []client.Object
+	for _, obj := range objs {
+		current := obj.DeepCopyObject().(client.Object)
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), current); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, current)
+	}
+	return out
+}
+
+// TestResourceManagerReapplyKeepsCiliumPinned: Gardener's resource manager re-applies networking-cilium's
+// ManagedResource (its own reconciler, as on every resync) while the webhook is unreachable. The chart's admission
+// policies refuse the update of every object the webhook had pinned, the ManagedResource's ResourcesApplied condition
+// says so, and the stored objects stay as they were. With the webhook back, the next reconciliation succeeds and
+// changes nothing (same generation, same resourceVersion), so no agent rolls.
 func TestResourceManagerReapplyKeepsCiliumPinned(t *testing.T) {
 	ctx := context.Background()
 	rendered := installChart(t)
-	agent := storedAgent(t)
-	if !pinned(agent) {
+	rm := shootResourceManager(t)
+	pinnedObjs := []client.Object{rendered.Agent, rendered.Operator, rendered.Config}
+	before := stored(t, pinnedObjs...)
+	if !pinned(before[0].(*appsv1.DaemonSet)) {
 		t.Fatal("the stored agent DaemonSet is not pinned to begin with")
 	}
-	desired := []client.Object{rendered.Agent, rendered.Operator, rendered.Config}
 
 	env.StopExtension(ctx, false)
 	restarted := false
@@ -50,18 +62,21 @@ func TestResourceManagerReapplyKeepsCiliumPinned(t *testing.T) {
 			_ = env.StartExtensionAgain()
 		}
 	})
-	for _, obj := range desired {
-		_, err := reapply(ctx, obj)
-		if err == nil || !strings.Contains(err.Error(), "gardener-extension-cilium-selfhosted") || !strings.Contains(err.Error(), "retry once it does") {
-			t.Errorf("re-applying %T %s while the webhook is down: %v, want a refusal by the chart's admission policy", obj, obj.GetName(), err)
+	err := rm.Reconcile(ctx, cilium.Namespace, ciliumManagedResource)
+	if err == nil || !strings.Contains(err.Error(), "gardener-extension-cilium-selfhosted") || !strings.Contains(err.Error(), "retry once it does") {
+		t.Errorf("the resource manager re-applying Cilium's chart while the webhook is down: %v, want a refusal by the chart's admission policy", err)
+	}
+	applied, getErr := rm.Applied(ctx, cilium.Namespace, ciliumManagedResource)
+	if getErr != nil {
+		t.Fatal(getErr)
+	}
+	if applied == nil || applied.Status != gardencorev1beta1.ConditionFalse || !strings.Contains(applied.Message, "retry once it does") {
+		t.Errorf("ResourcesApplied while the webhook is down: %+v, want False with the policy's message", applied)
+	}
+	for i, obj := range stored(t, pinnedObjs...) {
+		if obj.GetResourceVersion() != before[i].GetResourceVersion() {
+			t.Errorf("%T %s changed while the webhook was down: resourceVersion %s -> %s", obj, obj.GetName(), before[i].GetResourceVersion(), obj.GetResourceVersion())
 		}
-	}
-	stored := &appsv1.DaemonSet{}
-	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(agent), stored); err != nil {
-		t.Fatal(err)
-	}
-	if !pinned(stored) || stored.Generation != agent.Generation {
-		t.Errorf("the agent DaemonSet changed while the webhook was down: pinned %v, generation %d -> %d", pinned(stored), agent.Generation, stored.Generation)
 	}
 
 	if err := env.StartExtensionAgain(); err != nil {
@@ -69,19 +84,39 @@ func TestResourceManagerReapplyKeepsCiliumPinned(t *testing.T) {
 	}
 	restarted = true
 	waitUntilMutating(t, rendered.Agent)
-	for _, obj := range desired {
-		before := obj.DeepCopyObject().(client.Object)
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), before); err != nil {
-			t.Fatal(err)
+	if err := rm.Reconcile(ctx, cilium.Namespace, ciliumManagedResource); err != nil {
+		t.Errorf("the resource manager re-applying Cilium's chart with the webhook back: %v", err)
+	}
+	if applied, err := rm.Applied(ctx, cilium.Namespace, ciliumManagedResource); err != nil || applied == nil || applied.Status != gardencorev1beta1.ConditionTrue {
+		t.Errorf("ResourcesApplied with the webhook back: %+v (%v), want True", applied, err)
+	}
+	for i, obj := range stored(t, pinnedObjs...) {
+		if obj.GetResourceVersion() != before[i].GetResourceVersion() || obj.GetGeneration() != before[i].GetGeneration() {
+			t.Errorf("re-applying with the webhook back changed %T %s: resourceVersion %s -> %s, generation %d -> %d",
+				obj, obj.GetName(), before[i].GetResourceVersion(), obj.GetResourceVersion(), before[i].GetGeneration(), obj.GetGeneration())
 		}
-		after, err := reapply(ctx, obj)
-		if err != nil {
-			t.Errorf("re-applying %T %s with the webhook back: %v", obj, obj.GetName(), err)
-			continue
-		}
-		if after.GetResourceVersion() != before.GetResourceVersion() || after.GetGeneration() != before.GetGeneration() {
-			t.Errorf("re-applying %T %s with the webhook back changed it: resourceVersion %s -> %s, generation %d -> %d",
-				obj, obj.GetName(), before.GetResourceVersion(), after.GetResourceVersion(), before.GetGeneration(), after.GetGeneration())
-		}
+	}
+}
+
+// TestResourceManagerKeepsTheWebhooks: the extension's chart ships its MutatingWebhookConfiguration without webhooks
+// (so that the extension needs no RBAC to create one), and the extension fills it in. Gardener's resource manager
+// re-applying the chart, as on every resync, leaves the webhooks and their CA bundle in place.
+func TestResourceManagerKeepsTheWebhooks(t *testing.T) {
+	ctx := context.Background()
+	rm, err := resourcemanager.New(env.Config, env.Client, resourcemanager.SeedClass)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: testenv.WebhookConfigName}}
+	before = stored(t, before)[0].(*admissionregistrationv1.MutatingWebhookConfiguration)
+	if len(before.Webhooks) != len(apiserveraccess.WebhookNames) {
+		t.Fatalf("%d webhooks registered before the re-apply, want %d", len(before.Webhooks), len(apiserveraccess.WebhookNames))
+	}
+	if err := rm.Reconcile(ctx, cilium.Namespace, testenv.RegistrationName); err != nil {
+		t.Fatalf("the resource manager re-applying the extension's chart: %v", err)
+	}
+	after := stored(t, before)[0].(*admissionregistrationv1.MutatingWebhookConfiguration)
+	if after.ResourceVersion != before.ResourceVersion || !equality.Semantic.DeepEqual(after.Webhooks, before.Webhooks) {
+		t.Errorf("the re-apply changed the webhook configuration: resourceVersion %s -> %s, %d webhooks", before.ResourceVersion, after.ResourceVersion, len(after.Webhooks))
 	}
 }

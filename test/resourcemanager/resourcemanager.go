@@ -1,0 +1,110 @@
+// Package resourcemanager delivers objects to a test cluster the way Gardener does on a self-hosted shoot: as a
+// ManagedResource (Gardener's managedresources helpers, as gardenlet, gardenadm and networking-cilium call them),
+// applied by the managedresource reconciler of Gardener's own resource manager
+// (pkg/resourcemanager/controller/managedresource). It stands for gardener-resource-manager, whose reconciler runs here
+// unchanged; what the test does not run is its manager loop, so a test reconciles explicitly where the real one would
+// on a change or on its sync period.
+package resourcemanager
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1beta1helper "github.com/gardener/gardener/pkg/api/core/v1beta1/helper"
+	resourcemanagerconfigv1alpha1 "github.com/gardener/gardener/pkg/apis/config/resourcemanager/v1alpha1"
+	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
+	v1beta1constants "github.com/gardener/gardener/pkg/apis/core/v1beta1/constants"
+	resourcesv1alpha1 "github.com/gardener/gardener/pkg/apis/resources/v1alpha1"
+	"github.com/gardener/gardener/pkg/client/kubernetes"
+	"github.com/gardener/gardener/pkg/resourcemanager/controller/managedresource"
+	resourcemanagerpredicate "github.com/gardener/gardener/pkg/resourcemanager/predicate"
+	"github.com/gardener/gardener/pkg/utils/managedresources"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
+)
+
+// ResourceManager is one class of gardener-resource-manager: "seed" applies what gardenlet and gardenadm install
+// (extension charts), "" what extensions deliver into the shoot (networking-cilium's chart). On a self-hosted shoot
+// both run against the same cluster.
+type ResourceManager struct {
+	client     client.Client
+	reconciler *managedresource.Reconciler
+}
+
+// New returns the resource manager of class for the cluster of config.
+func New(config *rest.Config, c client.Client, class string) (*ResourceManager, error) {
+	httpClient, err := rest.HTTPClientFor(config)
+	if err != nil {
+		return nil, err
+	}
+	mapper, err := apiutil.NewDynamicRESTMapper(config, httpClient)
+	if err != nil {
+		return nil, err
+	}
+	rmConfig := resourcemanagerconfigv1alpha1.ManagedResourceControllerConfig{}
+	resourcemanagerconfigv1alpha1.SetDefaults_ManagedResourceControllerConfig(&rmConfig)
+	return &ResourceManager{client: c, reconciler: &managedresource.Reconciler{
+		SourceClient:                  c,
+		TargetClient:                  c,
+		TargetScheme:                  scheme.New(),
+		TargetRESTMapper:              mapper,
+		Config:                        rmConfig,
+		Clock:                         clock.RealClock{},
+		ClassFilter:                   resourcemanagerpredicate.NewClassFilter(class),
+		RequeueAfterOnDeletionPending: new(time.Second),
+	}}, nil
+}
+
+// Serialize turns objects into the data of a ManagedResource's secret, as Gardener's components do.
+func Serialize(objs ...client.Object) (map[string][]byte, error) {
+	registry := managedresources.NewRegistry(kubernetes.ShootScheme, kubernetes.ShootCodec, kubernetes.ShootSerializer)
+	if err := registry.Add(objs...); err != nil {
+		return nil, err
+	}
+	return registry.SerializedObjects()
+}
+
+// DeployForSeed stores data as the ManagedResource namespace/name of class seed (managedresources.CreateForSeed, as
+// gardenlet's controllerinstallation reconciler stores an extension's rendered chart) and reconciles it.
+func (m *ResourceManager) DeployForSeed(ctx context.Context, namespace, name string, data map[string][]byte) error {
+	if err := managedresources.CreateForSeed(ctx, m.client, namespace, name, false, data); err != nil {
+		return err
+	}
+	return m.Reconcile(ctx, namespace, name)
+}
+
+// DeployForShoot stores data as the ManagedResource namespace/name for the shoot's resource manager
+// (managedresources.CreateForShoot, as networking-cilium stores Cilium's chart) and reconciles it.
+func (m *ResourceManager) DeployForShoot(ctx context.Context, namespace, name, origin string, data map[string][]byte) error {
+	if err := managedresources.CreateForShoot(ctx, m.client, namespace, name, origin, false, data); err != nil {
+		return err
+	}
+	return m.Reconcile(ctx, namespace, name)
+}
+
+// Reconcile runs the resource manager's reconciliation of the ManagedResource namespace/name once, as on a change of
+// it or on a resync, and returns its error: an object refused by kube-apiserver fails the reconciliation, and the
+// ManagedResource's ResourcesApplied condition says why.
+func (m *ResourceManager) Reconcile(ctx context.Context, namespace, name string) error {
+	_, err := m.reconciler.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: name}})
+	return err
+}
+
+// Applied returns the ManagedResource's ResourcesApplied condition, nil when it has none.
+func (m *ResourceManager) Applied(ctx context.Context, namespace, name string) (*gardencorev1beta1.Condition, error) {
+	mr := &resourcesv1alpha1.ManagedResource{}
+	if err := m.client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, mr); err != nil {
+		return nil, err
+	}
+	return v1beta1helper.GetCondition(mr.Status.Conditions, resourcesv1alpha1.ResourcesApplied), nil
+}
+
+// SeedClass is the class of the resource manager that applies extension charts.
+const SeedClass = v1beta1constants.SeedResourceManagerClass

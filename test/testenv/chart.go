@@ -1,0 +1,126 @@
+package testenv
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/version"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
+	"github.com/gardener/gardener/pkg/chartrenderer"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/charts"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/resourcemanager"
+)
+
+// extensionKubeconfig is the file in Dir with the kubeconfig of the extension's identity.
+const extensionKubeconfig = "extension-kubeconfig"
+
+// InstallChart installs the extension's chart as gardenlet and gardenadm do on the self-hosted shoot: rendered with
+// their values for the shoot of CreateSelfHostedShoot by Gardener's chart renderer, stored as the ManagedResource
+// kube-system/<registration name> of class seed, applied by Gardener's resource manager. The chart's Deployment stays
+// without pods (envtest runs no controllers); RunExtension runs the extension as that Deployment's pod would. It writes
+// a kubeconfig that impersonates the chart's ServiceAccount and returns its path: the extension run with it may do
+// exactly what the chart grants.
+func (e *Env) InstallChart(ctx context.Context) (string, error) {
+	if e.shoot == nil {
+		return "", fmt.Errorf("no self-hosted shoot created yet")
+	}
+	rendered, err := RenderChart(e.shoot)
+	if err != nil {
+		return "", err
+	}
+	rm, err := resourcemanager.New(e.Config, e.Client, resourcemanager.SeedClass)
+	if err != nil {
+		return "", err
+	}
+	if err := rm.DeployForSeed(ctx, cilium.Namespace, RegistrationName, rendered.AsSecretData()); err != nil {
+		return "", fmt.Errorf("the resource manager applying the extension's chart: %w", err)
+	}
+
+	config, err := clientcmd.LoadFromFile(e.Kubeconfig)
+	if err != nil {
+		return "", err
+	}
+	for _, user := range config.AuthInfos {
+		user.Impersonate = "system:serviceaccount:" + ExtensionNamespace + ":" + ServiceAccountName
+		user.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + ExtensionNamespace, "system:authenticated"}
+	}
+	path := filepath.Join(e.Dir, extensionKubeconfig)
+	return path, clientcmd.WriteToFile(*config, path)
+}
+
+// forbidden matches what client-go and controller-runtime log when RBAC refuses a request.
+var forbidden = regexp.MustCompile(`(?i)forbidden|is not allowed|cannot (get|list|watch|create|update|patch|delete) resource`)
+
+// Forbidden returns the lines of log in which the API server refused the extension something.
+func Forbidden(log string) []string {
+	var lines []string
+	for _, line := range strings.Split(log, "\n") {
+		if forbidden.MatchString(line) {
+			lines = append(lines, line)
+		}
+	}
+	return lines
+}
+
+// ExtensionClient is a client with the extension's own identity: the chart's ServiceAccount, impersonated as
+// InstallChart set it up.
+func (e *Env) ExtensionClient() (client.Client, error) {
+	config, err := clientcmd.BuildConfigFromFlags("", filepath.Join(e.Dir, extensionKubeconfig))
+	if err != nil {
+		return nil, err
+	}
+	return client.New(config, client.Options{Scheme: e.Client.Scheme()})
+}
+
+// RegistrationName is the name of the extension's ControllerRegistration (example/controller-registration.yaml):
+// gardenlet renders the chart as release <name> into namespace extension-<name> and stores it as the ManagedResource
+// kube-system/<name> (controllerinstallation reconciler, NamespaceNameForControllerInstallation).
+const RegistrationName = "cilium-selfhosted"
+
+// ServiceAccountName is the chart's ServiceAccount, the extension's identity.
+const ServiceAccountName = "gardener-extension-cilium-selfhosted"
+
+// ChartValues are the values gardenlet and gardenadm give the extension's chart on the self-hosted shoot
+// (pkg/gardenlet/controller/controllerinstallation/controllerinstallation/reconciler.go: gardener.version, garden,
+// gardenlet, selfHostedShootCluster and shoot with its spec), passed through JSON as Gardener's chart renderer does
+// (pkg/chartrenderer renderRelease), so that templates see the Shoot's fields by their JSON names.
+func ChartValues(shoot *gardencorev1beta1.Shoot) (map[string]any, error) {
+	values := map[string]any{"gardener": map[string]any{
+		"version":                "v1.150.0",
+		"garden":                 map[string]any{"clusterIdentity": "garden"},
+		"gardenlet":              map[string]any{"featureGates": map[string]bool{}},
+		"selfHostedShootCluster": true,
+		"shoot": map[string]any{
+			"name":        shoot.Name,
+			"namespace":   shoot.Namespace,
+			"labels":      shoot.Labels,
+			"annotations": shoot.Annotations,
+			"spec":        shoot.Spec,
+		},
+	}}
+	raw, err := json.Marshal(values)
+	if err != nil {
+		return nil, err
+	}
+	values = nil
+	return values, json.Unmarshal(raw, &values)
+}
+
+// RenderChart renders the extension's chart for shoot with Gardener's chart renderer, as gardenlet does.
+func RenderChart(shoot *gardencorev1beta1.Shoot) (*chartrenderer.RenderedChart, error) {
+	values, err := ChartValues(shoot)
+	if err != nil {
+		return nil, err
+	}
+	renderer := chartrenderer.NewWithServerVersion(&version.Info{GitVersion: "v1.36.3", Major: "1", Minor: "36"})
+	return renderer.RenderEmbeddedFS(charts.FS, charts.ChartPath, RegistrationName, ExtensionNamespace, values)
+}
