@@ -63,41 +63,18 @@ func find[T client.Object](objs []client.Object) []T {
 
 func args(d *appsv1.Deployment) []string { return d.Spec.Template.Spec.Containers[0].Args }
 
-func TestDefaultValues(t *testing.T) {
-	objs := render(t, nil)
-	deployments := find[*appsv1.Deployment](objs)
-	if len(deployments) != 1 {
-		t.Fatalf("%d Deployments", len(deployments))
-	}
-	d := deployments[0]
-	if d.Spec.Template.Spec.HostNetwork {
-		t.Error("hostNetwork outside a self-hosted shoot")
-	}
-	for _, want := range []string{"--self-hosted-shoot-cluster=false", "--webhook-config-namespace=" + namespace, "--webhook-config-mode=service",
-		"--webhook-config-server-port=19443", "--metrics-bind-address=$(POD_IP):19080", "--health-bind-address=$(POD_IP):19081"} {
-		if !slices.Contains(args(d), want) {
-			t.Errorf("args %v lack %s", args(d), want)
-		}
-	}
-	sc := d.Spec.Template.Spec.SecurityContext
-	if sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
-		t.Error("the extension must run as non-root")
-	}
-	services := find[*corev1.Service](objs)
-	if len(services) != 1 || services[0].Name != "gardener-extension-cilium-selfhosted" || services[0].Spec.Ports[0].TargetPort.IntVal != 19443 {
-		t.Errorf("webhook Service %+v (the framework's service mode calls gardener-extension-<name>)", services)
-	}
-	if services[0].Annotations["networking.resources.gardener.cloud/from-all-webhook-targets-allowed-ports"] == "" {
-		t.Error("the Service lacks the annotations of Gardener's network policies")
+// TestNothingOutsideSelfHostedShoots: a gardenlet of a regular seed installs the chart for every Cilium shoot (the
+// registration names Network/cilium); there the extension has nothing to do, and the chart renders nothing.
+func TestNothingOutsideSelfHostedShoots(t *testing.T) {
+	if objs := render(t, nil); len(objs) != 0 {
+		t.Errorf("%d objects outside a self-hosted shoot, want none", len(objs))
 	}
 }
 
 func TestSelfHostedValues(t *testing.T) {
-	objs := render(t, map[string]any{
-		"replicaCount": 3,
-		"usablePorts":  []any{30001, 30002, 30003},
-		"gardener":     map[string]any{"selfHostedShootCluster": true},
-	})
+	values := selfHostedValues(t, fixtures.Shoot(true))
+	values["usablePorts"] = []any{30001, 30002, 30003}
+	objs := render(t, values)
 	d := find[*appsv1.Deployment](objs)[0]
 	spec := d.Spec.Template.Spec
 	if *d.Spec.Replicas != 1 || !spec.HostNetwork || spec.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
@@ -106,10 +83,20 @@ func TestSelfHostedValues(t *testing.T) {
 	if !slices.ContainsFunc(spec.Tolerations, func(t corev1.Toleration) bool { return t.Key == "node-role.kubernetes.io/control-plane" }) {
 		t.Errorf("tolerations %v lack the control-plane taint", spec.Tolerations)
 	}
-	for _, want := range []string{"--self-hosted-shoot-cluster=true", "--webhook-config-server-port=30002", "--metrics-bind-address=$(POD_IP):30001", "--health-bind-address=$(POD_IP):30003"} {
+	for _, want := range []string{"--self-hosted-shoot-cluster=true", "--webhook-config-namespace=" + namespace, "--webhook-config-mode=service",
+		"--webhook-config-server-port=30002", "--metrics-bind-address=$(POD_IP):30001", "--health-bind-address=$(POD_IP):30003"} {
 		if !slices.Contains(args(d), want) {
 			t.Errorf("args %v lack %s", args(d), want)
 		}
+	}
+	if sc := spec.SecurityContext; sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
+		t.Error("the extension must run as non-root")
+	}
+	services := find[*corev1.Service](objs)
+	if len(services) != 1 || services[0].Name != "gardener-extension-cilium-selfhosted" || services[0].Spec.Ports[0].TargetPort.IntVal != 30002 {
+		t.Errorf("webhook Service %+v (the framework's service mode calls gardener-extension-<name>)", services)
+	} else if services[0].Annotations["networking.resources.gardener.cloud/from-all-webhook-targets-allowed-ports"] == "" {
+		t.Error("the Service lacks the annotations of Gardener's network policies")
 	}
 	// kube-apiserver of its own node, not the `kubernetes` ClusterIP that Cilium serves; the bind address is the pod's.
 	env := map[string]string{}
@@ -135,19 +122,6 @@ func TestSelfHostedValues(t *testing.T) {
 	pdbs := find[*policyv1.PodDisruptionBudget](objs)
 	if len(pdbs) != 1 || pdbs[0].Spec.MaxUnavailable == nil || pdbs[0].Spec.MaxUnavailable.IntValue() != 1 {
 		t.Errorf("PodDisruptionBudgets %+v, want one with maxUnavailable 1", pdbs)
-	}
-}
-
-func TestPodDisruptionBudgetWithReplicas(t *testing.T) {
-	objs := render(t, map[string]any{"replicaCount": 2})
-	found := false
-	for _, obj := range objs {
-		if obj.GetObjectKind().GroupVersionKind().Kind == "PodDisruptionBudget" {
-			found = true
-		}
-	}
-	if !found {
-		t.Error("no PodDisruptionBudget for 2 replicas")
 	}
 }
 

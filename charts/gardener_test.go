@@ -72,7 +72,7 @@ func TestReplicasSetByGardenersHighAvailabilityWebhook(t *testing.T) {
 		want         int32
 	}{
 		"highly available control plane": {fixtures.Shoot(true), 3, 2},
-		"one control-plane node":          {nonHA, 1, 1},
+		"one control-plane node":         {nonHA, 1, 1},
 	} {
 		t.Run(name, func(t *testing.T) {
 			deployment := find[*appsv1.Deployment](render(t, selfHostedValues(t, tc.shoot)))[0]

@@ -10,17 +10,18 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/apimachinery/pkg/version"
 	sigsyaml "sigs.k8s.io/yaml"
 
 	gardencorev1 "github.com/gardener/gardener/pkg/apis/core/v1"
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
+	"github.com/gardener/gardener/pkg/chartrenderer"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/charts"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/config"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/helm"
-	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
 )
 
 func read(t *testing.T, name string) []byte {
@@ -88,11 +89,14 @@ func TestControllerRegistration(t *testing.T) {
 	if refs := registration.Spec.Deployment.DeploymentRefs; len(refs) != 1 || refs[0].Name != deployment.Name {
 		t.Errorf("deployment refs %+v", refs)
 	}
-	chart, err := loader.LoadArchive(bytes.NewReader(deployment.Helm.RawChart))
+	// As gardenlet renders it on a self-hosted shoot.
+	values, err := testenv.ChartValues(fixtures.Shoot(true))
 	if err != nil {
-		t.Fatalf("rawChart: %v", err)
+		t.Fatal(err)
 	}
-	if objs, _, err := helm.Render(chart, "x", "extension-cilium-selfhosted", nil, scheme.New()); err != nil || len(objs) == 0 {
+	rendered, err := chartrenderer.NewWithServerVersion(&version.Info{GitVersion: "v1.36.3", Major: "1", Minor: "36"}).
+		RenderArchive(deployment.Helm.RawChart, testenv.RegistrationName, testenv.ExtensionNamespace, values)
+	if err != nil || len(rendered.AsSecretData()) == 0 {
 		t.Errorf("the inlined chart does not render: %v", err)
 	}
 }

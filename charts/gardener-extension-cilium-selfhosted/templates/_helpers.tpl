@@ -7,14 +7,6 @@ app.kubernetes.io/name: {{ include "name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
-{{- define "replicas" -}}
-{{- if .Values.gardener.selfHostedShootCluster -}}
-1
-{{- else -}}
-{{ .Values.replicaCount }}
-{{- end -}}
-{{- end -}}
-
 {{- /* "true" when the self-hosted shoot's control plane is highly available (several control-plane nodes). */ -}}
 {{- define "controlPlaneHighlyAvailable" -}}
 {{- $shoot := .Values.gardener.shoot | default dict -}}
