@@ -156,7 +156,9 @@ type Container struct {
 	Name string
 	// Node is the node the pod runs on (spec.nodeName of the running pod).
 	Node string
-	// Binary replaces the container's command[0].
+	// PodIP is the pod's status.podIP; kubelet reports a hostNetwork pod's as its node's InternalIP.
+	PodIP string
+	// Binary replaces the container's command[0], or is the image's entrypoint for a container without a command.
 	Binary string
 	// ConfigMaps are the cluster's ConfigMaps by name, for env references and volumes.
 	ConfigMaps map[string]map[string]string
@@ -288,7 +290,7 @@ func (s *Sandbox) Start(c Container) (*Started, error) {
 		return nil, err
 	}
 
-	environment := s.podEnv(c.Pod, container, c.Node, c.ConfigMaps)
+	environment := s.podEnv(c, container)
 	for k, v := range c.Env {
 		if v == "" {
 			delete(environment, k)
@@ -296,13 +298,26 @@ func (s *Sandbox) Start(c Container) (*Started, error) {
 			environment[k] = v
 		}
 	}
-	args := slices.Concat(expand(slices.Concat(container.Command[1:], container.Args), environment), c.Args)
+	// Binary stands for command[0] or, without a command, for the image's entrypoint.
+	command := container.Command
+	if len(command) > 0 {
+		command = command[1:]
+	}
+	args := slices.Concat(expand(slices.Concat(command, container.Args), environment), c.Args)
 
 	unshare := []string{"unshare", "--mount", "--propagation", "private"}
 	if c.Cgroup != "" {
 		unshare = append(unshare, "--cgroup")
 	}
-	inNamespaces := append(unshare, append([]string{"--", "/bin/sh", "-c", strings.Join(script, "\n"), "sh", c.Binary}, args...)...)
+	binary := c.Binary
+	if strings.HasPrefix(binary, "/tmp/") {
+		// Hidden under the container's /tmp: run it from the scratch directory.
+		if err := os.Link(binary, filepath.Join(c.Dir, "bin", filepath.Base(binary))); err != nil && !os.IsExist(err) {
+			return nil, err
+		}
+		binary = filepath.Join(scratch, "bin", filepath.Base(binary))
+	}
+	inNamespaces := append(unshare, append([]string{"--", "/bin/sh", "-c", strings.Join(script, "\n"), "sh", binary}, args...)...)
 	var cmd *exec.Cmd
 	if c.Cgroup != "" {
 		// Join the cgroup first, so that the cgroup namespace is rooted there.
@@ -380,7 +395,8 @@ func writeFiles(dir string, files map[string]string) error {
 
 // podEnv is the environment kubelet gives the container: the `kubernetes` Service's variables first, then the
 // container's own in order, with ConfigMap keys, the downward API and $(VAR) references resolved.
-func (s *Sandbox) podEnv(pod *corev1.Pod, c corev1.Container, node string, configMaps map[string]map[string]string) map[string]string {
+func (s *Sandbox) podEnv(pc Container, c corev1.Container) map[string]string {
+	pod, configMaps := pc.Pod, pc.ConfigMaps
 	out := map[string]string{
 		"KUBERNETES_SERVICE_HOST": s.ClusterIP, "KUBERNETES_SERVICE_PORT": "443", "KUBERNETES_SERVICE_PORT_HTTPS": "443",
 		"KUBERNETES_PORT": "tcp://" + s.ClusterIP + ":443",
@@ -398,7 +414,9 @@ func (s *Sandbox) podEnv(pod *corev1.Pod, c corev1.Container, node string, confi
 			case "metadata.namespace":
 				out[e.Name] = pod.Namespace
 			case "spec.nodeName":
-				out[e.Name] = node
+				out[e.Name] = pc.Node
+			case "status.podIP":
+				out[e.Name] = pc.PodIP
 			case "metadata.name":
 				out[e.Name] = pod.Name
 			}

@@ -151,27 +151,34 @@ func (e *Env) StartExtensionAgain() error {
 	return e.waitUntilReady(e.Extension)
 }
 
-// waitUntilReady waits until the extension's readiness endpoint says ready (its webhook server runs and its caches
-// have synced; it need not lead) and its metrics server listens, or the process ends.
-func (e *Env) waitUntilReady(p *Process) error {
-	hc := &http.Client{Timeout: time.Second}
-	err := WaitFor(context.Background(), time.Minute, func(ctx context.Context) (bool, error) {
+// Probe is an HTTP probe of the process p as kubelet's: ready when url answers 200. An exit of p is its error.
+func Probe(p *Process, hc *http.Client, url string) func(context.Context) (bool, error) {
+	return func(ctx context.Context) (bool, error) {
 		select {
 		case <-p.Stopped():
-			return false, fmt.Errorf("the extension exited: %v", p.Err())
+			return false, fmt.Errorf("the process exited: %v", p.Err())
 		default:
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+e.HealthAddress+"/readyz", nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			return false, err
 		}
 		resp, err := hc.Do(req)
 		if err != nil {
-			return false, nil
+			return false, err
 		}
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return false, nil
+		return resp.StatusCode == http.StatusOK, nil
+	}
+}
+
+// waitUntilReady waits until the extension's readiness endpoint says ready (its webhook server runs and its caches
+// have synced; it need not lead) and its metrics server listens, or the process ends.
+func (e *Env) waitUntilReady(p *Process) error {
+	readyz := Probe(p, &http.Client{Timeout: time.Second}, "http://"+e.HealthAddress+"/readyz")
+	err := WaitFor(context.Background(), time.Minute, func(ctx context.Context) (bool, error) {
+		if ready, err := readyz(ctx); !ready {
+			return false, err
 		}
 		// The metrics server is started beside the health server, not before it: readiness does not say it listens.
 		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", e.MetricsAddress)
