@@ -2,19 +2,11 @@ package connect
 
 import (
 	"context"
-	"net"
-	"net/http"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
@@ -55,28 +47,13 @@ func TestExtensionReachesItsOwnNodesAPIServer(t *testing.T) {
 // ends (it stops then anyway).
 func startExtensionPod(t *testing.T, env map[string]string) (ready func(context.Context) (bool, error), stop func()) {
 	t.Helper()
-	ctx := context.Background()
-	deployment := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: testenv.ExtensionNamespace, Name: testenv.ServiceAccountName}}
-	if err := envtest.Client.Get(ctx, client.ObjectKeyFromObject(deployment), deployment); err != nil {
-		t.Fatalf("the chart's Deployment as the resource manager applied it: %v", err)
-	}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: deployment.Namespace, Name: deployment.Name + "-cp-0", Labels: deployment.Spec.Template.Labels},
-		Spec:       *deployment.Spec.Template.Spec.DeepCopy(),
-	}
-	pod.Spec.NodeName = "cp-0"
-	container := pod.Spec.Containers[0]
-	token, err := podrun.Token(ctx, envtest.Config, pod)
+	c, err := podrun.ForExtension(context.Background(), envtest, "cp-0", podrun.ControlPlaneIPs[0])
 	if err != nil {
 		t.Fatal(err)
 	}
-	podIP := podrun.ControlPlaneIPs[0]
+	c.Env, c.Dir, c.LogPath = env, t.TempDir(), filepath.Join(envtest.Dir, "connect", strings.ReplaceAll(t.Name(), "/", "_")+".log")
 	sandbox.Reset()
-	started, err := sandbox.Start(podrun.Container{
-		Pod: pod, Name: container.Name, Node: pod.Spec.NodeName, PodIP: podIP, Env: env,
-		Binary: envtest.ExtensionCommand()[0], Token: token, CA: testenv.GardenerCertificates.CA.CertificatePEM,
-		Dir: t.TempDir(), LogPath: filepath.Join(envtest.Dir, "connect", strings.ReplaceAll(t.Name(), "/", "_")+".log"),
-	})
+	started, err := sandbox.Start(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,10 +64,5 @@ func startExtensionPod(t *testing.T, env map[string]string) (ready func(context.
 		}
 	})
 	t.Cleanup(stop)
-
-	// kubelet's readiness probe, from the node's network.
-	probe := container.ReadinessProbe.HTTPGet
-	url := "http://" + net.JoinHostPort(podIP, strconv.Itoa(probe.Port.IntValue())) + probe.Path
-	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{DialContext: sandbox.DialContext}}
-	return testenv.Probe(started.Process, hc, url), stop
+	return sandbox.ReadinessProbe(c, started), stop
 }

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -121,17 +122,23 @@ type Endpoint struct {
 	conns    []net.Conn
 	accepted int
 	from     map[string]int
+	// open counts the forwarded connections that have not ended.
+	open atomic.Int32
 }
 
-// NewEndpoint is an endpoint at addr inside ns that forwards to forward, or only counts and closes when forward is
-// empty. It listens once started.
+// NewEndpoint is an endpoint at addr inside ns (in the machine's own namespace when ns is nil) that forwards to
+// forward, or only counts and closes when forward is empty. It listens once started.
 func NewEndpoint(ns *Netns, addr, forward string) *Endpoint {
 	return &Endpoint{addr: addr, forward: forward, ns: ns}
 }
 
 // Start listens and serves.
 func (e *Endpoint) Start() error {
-	l, err := e.ns.Listen(e.addr)
+	listen := func(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }
+	if e.ns != nil {
+		listen = e.ns.Listen
+	}
+	l, err := listen(e.addr)
 	if err != nil {
 		return err
 	}
@@ -158,7 +165,11 @@ func (e *Endpoint) Start() error {
 				_ = c.Close()
 				continue
 			}
-			go pipe(c, e.forward)
+			e.open.Add(1)
+			go func() {
+				defer e.open.Add(-1)
+				pipe(c, e.forward)
+			}()
 		}
 	}()
 	return nil
@@ -177,6 +188,9 @@ func (e *Endpoint) Stop() {
 	}
 	e.conns = nil
 }
+
+// Open is how many forwarded connections have not ended.
+func (e *Endpoint) Open() int { return int(e.open.Load()) }
 
 // Count is how many connections the endpoint accepted; Reset sets it to zero.
 func (e *Endpoint) Count() int {

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,7 +45,8 @@ type Network struct {
 	Name string
 	// APIServer is host:port of the kube-apiserver behind the control-plane addresses and LocalAPIServer.
 	APIServer string
-	// ControlPlaneIPs are the control-plane nodes' InternalIPs (loopback addresses other than 127.0.0.1).
+	// ControlPlaneIPs are the control-plane nodes' InternalIPs: loopback addresses other than 127.0.0.1, or addresses
+	// the sandbox puts on its own loopback interface (an EndpointSlice may not hold a loopback address).
 	ControlPlaneIPs []string
 	// ClusterIP is the `kubernetes` Service's ClusterIP, VIP the exposure's; both are traps.
 	ClusterIP, VIP string
@@ -62,7 +64,13 @@ type Sandbox struct {
 // NewSandbox creates the network namespace and starts its endpoints: every control-plane address and LocalAPIServer
 // forward to kube-apiserver, the ClusterIP and the VIP are traps.
 func NewSandbox(n Network) (*Sandbox, error) {
-	ns, err := NewNetns(n.Name, n.ClusterIP+"/32", n.VIP+"/32")
+	onLoopback := []string{n.ClusterIP + "/32", n.VIP + "/32"}
+	for _, ip := range n.ControlPlaneIPs {
+		if addr, err := netip.ParseAddr(ip); err == nil && !addr.IsLoopback() {
+			onLoopback = append(onLoopback, netip.PrefixFrom(addr, addr.BitLen()).String())
+		}
+	}
+	ns, err := NewNetns(n.Name, onLoopback...)
 	if err != nil {
 		return nil, err
 	}

@@ -21,6 +21,7 @@ import (
 
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/health"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
 )
 
@@ -269,7 +270,20 @@ func (e *Env) ExtensionFlags(kubeconfig, namespace string, webhookPort int) []st
 		"--metrics-bind-address=" + e.MetricsAddress,
 		"--health-bind-address=" + e.HealthAddress,
 		"--log-format=text",
+		"--endpoint-probe-interval=" + probeInterval(),
 	}
+}
+
+// ProbeEndpoints, when set before the extension starts, lets it probe the kube-apiservers behind the exposures'
+// endpoints as in production. Otherwise probing is off: the fixture nodes' InternalIPs are not on this machine, and
+// no probe may leave it.
+var ProbeEndpoints bool
+
+func probeInterval() string {
+	if ProbeEndpoints {
+		return health.DefaultSettings.Interval.String()
+	}
+	return "0"
 }
 
 // WaitFor polls cond every 100ms until it returns true or timeout passes. An error from cond does not end the wait

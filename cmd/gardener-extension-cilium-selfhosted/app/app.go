@@ -40,6 +40,7 @@ type options struct {
 	general          *extensionscmdcontroller.GeneralOptions
 	reconcile        *extensionscmdcontroller.ReconcilerOptions
 	exposureCtrl     *extensionscmdcontroller.ControllerOptions
+	probes           *probeOptions
 	controllers      *extensionscmdcontroller.SwitchOptions
 	webhooks         *extensionscmdwebhook.AddToManagerOptions
 	optionAggregator extensionscmdcontroller.OptionAggregator
@@ -59,6 +60,7 @@ func newOptions() *options {
 		general:      &extensionscmdcontroller.GeneralOptions{},
 		reconcile:    &extensionscmdcontroller.ReconcilerOptions{},
 		exposureCtrl: &extensionscmdcontroller.ControllerOptions{MaxConcurrentReconciles: 5},
+		probes:       newProbeOptions(),
 		controllers:  ControllerSwitchOptions(),
 	}
 	// No shoot webhooks are delivered as a ManagedResource: on a self-hosted shoot the framework merges them into the
@@ -73,6 +75,7 @@ func newOptions() *options {
 		o.general,
 		o.reconcile,
 		extensionscmdcontroller.PrefixOption("selfhostedshootexposure-", o.exposureCtrl),
+		o.probes,
 		o.controllers,
 		o.webhooks,
 	)
@@ -92,6 +95,7 @@ func (o *options) complete() error {
 	o.clientConnection.apply(o.rest.Completed().Config)
 	o.exposureCtrl.Completed().Apply(&selfhostedshootexposure.DefaultAddOptions.Controller)
 	selfhostedshootexposure.DefaultAddOptions.IgnoreOperationAnnotation = o.reconcile.Completed().IgnoreOperationAnnotation
+	selfhostedshootexposure.DefaultAddOptions.Probes = o.probes.Settings
 	selfhostedshootexposure.DefaultAddOptions.ExtensionClasses = slices.Clone(o.general.Completed().ExtensionClasses)
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/selfhostedshootexposure"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/health"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/webhook/apiserveraccess"
 )
 
@@ -84,4 +85,32 @@ func (o *clientConnectionOptions) apply(config *rest.Config) {
 	kubernetes.ApplyClientConnectionConfigurationToRESTConfig(&componentbaseconfigv1alpha1.ClientConnectionConfiguration{
 		QPS: o.QPS, Burst: int32(o.Burst), ContentType: config.ContentType, AcceptContentTypes: config.AcceptContentTypes,
 	}, config)
+}
+
+// probeOptions set how the exposure probes the kube-apiserver behind each of its endpoints (pkg/exposure/health).
+type probeOptions struct {
+	health.Settings
+}
+
+func newProbeOptions() *probeOptions {
+	return &probeOptions{Settings: health.DefaultSettings}
+}
+
+// AddFlags implements extensionscmdcontroller.Flagger.
+func (o *probeOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.DurationVar(&o.Interval, "endpoint-probe-interval", o.Interval,
+		"How often the kube-apiserver behind each exposure endpoint is probed (GET /readyz); 0 switches probing off.")
+	fs.DurationVar(&o.Timeout, "endpoint-probe-timeout", o.Timeout, "How long one probe may take.")
+	fs.IntVar(&o.FailureThreshold, "endpoint-probe-failure-threshold", o.FailureThreshold,
+		"Failed probes in a row after which an endpoint is published as not ready.")
+	fs.IntVar(&o.SuccessThreshold, "endpoint-probe-success-threshold", o.SuccessThreshold,
+		"Successful probes in a row after which a not-ready endpoint is published as ready again.")
+}
+
+// Complete implements extensionscmdcontroller.Completer.
+func (o *probeOptions) Complete() error {
+	if err := o.Validate(); err != nil {
+		return fmt.Errorf("--endpoint-probe-*: %w", err)
+	}
+	return nil
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/ciliumconfig"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/config"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/health"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
 )
 
@@ -64,11 +65,13 @@ type actuator struct {
 	// gardenadm counts an exposure with a lastError as failed after ~30s, so the VIP should come within the call
 	// rather than after a requeue.
 	ingressWait, pollInterval time.Duration
+	// health probes the exposures' endpoints.
+	health *health.Registry
 }
 
 // NewActuator returns the actuator of SelfHostedShootExposures of type cilium.
-func NewActuator(c client.Client, reader client.Reader, recorder record.EventRecorder, owned lister, ingressWait time.Duration) extensionsselfhostedshootexposure.Actuator {
-	return &actuator{client: c, reader: reader, recorder: recorder, owned: owned, ingressWait: ingressWait, pollInterval: 20 * time.Millisecond}
+func NewActuator(c client.Client, reader client.Reader, recorder record.EventRecorder, owned lister, ingressWait time.Duration, probes *health.Registry) extensionsselfhostedshootexposure.Actuator {
+	return &actuator{client: c, reader: reader, recorder: recorder, owned: owned, ingressWait: ingressWait, pollInterval: 20 * time.Millisecond, health: probes}
 }
 
 // lister is what deleteOwned reads: kube-apiserver (a client.Reader) or the informers of ownedObjects.
@@ -86,11 +89,26 @@ func (a *actuator) Reconcile(ctx context.Context, log logr.Logger, exp *extensio
 	if err := config.CheckPrerequisites(cluster.Shoot, cfg); err != nil {
 		return nil, err
 	}
-	objs, err := resources.Build(resources.Input{
+	in := resources.Input{
 		Name: exp.Name, Namespace: exp.Namespace, Port: exp.Spec.Port, Endpoints: exp.Spec.Endpoints,
 		Families: config.Families(cluster.Shoot), Config: cfg,
-	})
+	}
+	addresses, err := resources.EndpointAddresses(in)
 	if err != nil {
+		return nil, err
+	}
+	a.health.Track(exposureKey(exp), addresses)
+	states := make(map[string]health.State, len(addresses))
+	for _, addr := range addresses {
+		states[addr] = a.health.State(addr)
+	}
+	notReady, allFailing := health.Publish(states)
+	in.NotReady = notReady
+	objs, err := resources.Build(in)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.reportEndpoints(ctx, exp, states, notReady, allFailing); err != nil {
 		return nil, err
 	}
 	ciliumConfig := &corev1.ConfigMap{}
@@ -240,6 +258,7 @@ func (a *actuator) ForceDelete(ctx context.Context, log logr.Logger, exp *extens
 }
 
 func (a *actuator) delete(ctx context.Context, log logr.Logger, exp *extensionsv1alpha1.SelfHostedShootExposure, wait bool) error {
+	a.health.Untrack(exposureKey(exp))
 	if err := a.deleteService(ctx, exp.Namespace, resources.ServiceName(exp.Name), wait); err != nil {
 		return err
 	}

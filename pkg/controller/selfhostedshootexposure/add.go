@@ -9,12 +9,14 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/sets"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	extensionsselfhostedshootexposure "github.com/gardener/gardener/extensions/pkg/controller/selfhostedshootexposure"
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/config"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/health"
 )
 
 // Type is the exposure type this controller serves.
@@ -25,7 +27,7 @@ const ControllerName = extensionsselfhostedshootexposure.ControllerName
 
 var (
 	// DefaultAddOptions are the options of AddToManager.
-	DefaultAddOptions = AddOptions{IngressWait: 10 * time.Second}
+	DefaultAddOptions = AddOptions{IngressWait: 10 * time.Second, Probes: health.DefaultSettings}
 
 	supportedExtensionClasses = sets.New(extensionsv1alpha1.ExtensionClassShoot)
 )
@@ -40,6 +42,8 @@ type AddOptions struct {
 	ExtensionClasses []extensionsv1alpha1.ExtensionClass
 	// IngressWait is how long one reconciliation waits for Cilium to assign the VIP before it requeues.
 	IngressWait time.Duration
+	// Probes are how the kube-apiservers behind the endpoints are probed.
+	Probes health.Settings
 }
 
 // AddToManagerWithOptions adds the controller to mgr, with the watches that bring a VIP assigned by Cilium into the
@@ -65,8 +69,17 @@ func AddToManagerWithOptions(ctx context.Context, mgr manager.Manager, opts AddO
 	classes := slices.DeleteFunc(slices.Clone(opts.ExtensionClasses), func(class extensionsv1alpha1.ExtensionClass) bool {
 		return !supportedExtensionClasses.Has(class)
 	})
+	// The probers report changes of an endpoint's readiness here; the health trigger turns them into reconciliations.
+	changes := make(chan event.GenericEvent, 64)
+	probes, err := health.NewRegistry(mgr.GetConfig(), opts.Probes, enqueue(changes))
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(probes); err != nil {
+		return err
+	}
 	if err := extensionsselfhostedshootexposure.Add(mgr, extensionsselfhostedshootexposure.AddArgs{
-		Actuator:          NewActuator(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorderFor(ControllerName), owned, opts.IngressWait),
+		Actuator:          NewActuator(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorderFor(ControllerName), owned, opts.IngressWait, probes),
 		ControllerOptions: opts.Controller,
 		Predicates:        extensionsselfhostedshootexposure.DefaultPredicates(opts.IgnoreOperationAnnotation),
 		Type:              Type,
@@ -75,6 +88,9 @@ func AddToManagerWithOptions(ctx context.Context, mgr manager.Manager, opts AddO
 		return err
 	}
 	if err := addServiceTrigger(mgr); err != nil {
+		return err
+	}
+	if err := addHealthTrigger(mgr, changes); err != nil {
 		return err
 	}
 	return addClusterTrigger(mgr)

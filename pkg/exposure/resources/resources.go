@@ -8,8 +8,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
@@ -67,6 +69,29 @@ type Input struct {
 	Families []validation.Family
 	// Config is the validated, defaulted exposure configuration.
 	Config *exposure.ExposureConfig
+	// NotReady are the endpoints, by EndpointAddress, whose kube-apiserver is not ready: published with ready and
+	// serving false, so that Cilium sends them no new connection.
+	NotReady map[string]string
+}
+
+// EndpointAddress is how an endpoint's kube-apiserver is reached, and how NotReady names it: InternalIP:port.
+func EndpointAddress(ip string, port int32) string {
+	return net.JoinHostPort(ip, strconv.Itoa(int(port)))
+}
+
+// EndpointAddresses are the addresses of the endpoints the exposure publishes.
+func EndpointAddresses(in Input) ([]string, error) {
+	byFamily, err := endpointAddresses(in)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, f := range in.Families {
+		for _, a := range byFamily[f] {
+			out = append(out, EndpointAddress(a.addr.String(), in.Port))
+		}
+	}
+	return out, nil
 }
 
 // Objects are the desired objects of one exposure.
@@ -313,10 +338,11 @@ func endpointSlices(in Input, f validation.Family, addrs []nodeAddr) []*discover
 		s.Labels[discoveryv1.LabelServiceName] = ServiceName(in.Name)
 		s.Labels[LabelEndpointSliceManagedBy] = apiserverendpoints.ManagedByValue
 		for _, a := range chunk {
+			_, out := in.NotReady[EndpointAddress(a.addr.String(), in.Port)]
 			s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{
 				Addresses:  []string{a.addr.String()},
 				NodeName:   new(a.node),
-				Conditions: discoveryv1.EndpointConditions{Ready: new(true), Serving: new(true), Terminating: new(false)},
+				Conditions: discoveryv1.EndpointConditions{Ready: new(!out), Serving: new(!out), Terminating: new(false)},
 			})
 		}
 		slices = append(slices, s)

@@ -333,3 +333,35 @@ func TestServiceNameStaysADNSLabel(t *testing.T) {
 		t.Errorf("ServiceName(short) = %q", ServiceName("short"))
 	}
 }
+
+// TestBuildPublishesNotReadyEndpoints: an endpoint whose kube-apiserver is not ready is published with ready and
+// serving false (Cilium then selects it for no new connection), in each family by its own address; the others stay
+// ready; EndpointAddresses names them as NotReady does.
+func TestBuildPublishesNotReadyEndpoints(t *testing.T) {
+	in := input([]validation.Family{validation.IPv4, validation.IPv6}, l2Config("203.0.113.10/32", "2001:db8::/120"), dualStackEndpoints...)
+	addrs, err := EndpointAddresses(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"10.0.1.10:443", "10.0.1.11:443", "[fd00::10]:443", "[fd00::11]:443"}; !slices.Equal(addrs, want) {
+		t.Fatalf("endpoint addresses %v, want %v", addrs, want)
+	}
+	in.NotReady = map[string]string{"10.0.1.11:443": "GET /readyz: 503", "[fd00::10]:443": "connection refused"}
+	objs, err := Build(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, s := range objs.EndpointSlices {
+		for _, ep := range s.Endpoints {
+			if *ep.Conditions.Ready != *ep.Conditions.Serving || *ep.Conditions.Terminating {
+				t.Errorf("%s: conditions %+v, want ready = serving, not terminating", ep.Addresses[0], ep.Conditions)
+			}
+			got[ep.Addresses[0]] = *ep.Conditions.Ready
+		}
+	}
+	want := map[string]bool{"10.0.1.10": true, "10.0.1.11": false, "fd00::10": false, "fd00::11": true}
+	if !maps.Equal(got, want) {
+		t.Errorf("ready by address %v, want %v", got, want)
+	}
+}

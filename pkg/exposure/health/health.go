@@ -1,0 +1,320 @@
+// Package health probes the kube-apiserver behind each endpoint of the exposures, so that the VIP sends new
+// connections only to kube-apiservers that are ready. A prober per endpoint address, shared by the exposures that list
+// it, asks `GET /readyz` over HTTPS about once a second, verifying the certificate under the name Cilium's connections
+// to the control-plane nodes verify it (apiserverendpoints.ServerName: Gardener's certificate holds no node IP) and
+// authenticated as the extension, since Gardener may switch anonymous access off. After FailureThreshold failures in a
+// row an endpoint counts as not ready, after SuccessThreshold successes as ready again.
+//
+// Cilium maps an EndpointSlice endpoint that is neither ready, serving nor terminating to BackendStateMaintenance,
+// which it selects for no new connection while keeping established ones (pkg/loadbalancer/reflectors/conversions.go
+// in 1.19 and 1.20, the switch on be.Conditions; pkg/loadbalancer/loadbalancer.go BackendStateMaintenance). That holds
+// for the VIP on every path, the BPF service maps being the same for socket-LB, tc and XDP.
+package health
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/client-go/rest"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
+)
+
+// Settings say how endpoints are probed.
+type Settings struct {
+	// Interval is the time between the starts of two probes of an endpoint; 0 switches probing off, and every
+	// endpoint counts as ready.
+	Interval time.Duration
+	// Timeout bounds one probe.
+	Timeout time.Duration
+	// FailureThreshold is how many failed probes in a row make a ready endpoint not ready; SuccessThreshold how many
+	// successful ones make it ready again.
+	FailureThreshold, SuccessThreshold int
+}
+
+// DefaultSettings take an endpoint out about 2 s after its kube-apiserver stops being ready (within 2.5 s when it
+// hangs), and back after 2 s: a kube-apiserver answers /readyz in milliseconds, and two probes in a row keep a single
+// lost one from moving traffic.
+var DefaultSettings = Settings{Interval: time.Second, Timeout: 500 * time.Millisecond, FailureThreshold: 2, SuccessThreshold: 2}
+
+// Validate says which setting is out of range.
+func (s Settings) Validate() error {
+	switch {
+	case s.Interval == 0:
+		return nil
+	case s.Interval < 0:
+		return fmt.Errorf("the probe interval must not be negative, not %s", s.Interval)
+	case s.Timeout <= 0 || s.Timeout > s.Interval:
+		return fmt.Errorf("the probe timeout must be positive and at most the interval %s, not %s", s.Interval, s.Timeout)
+	case s.FailureThreshold < 1 || s.SuccessThreshold < 1:
+		return fmt.Errorf("the failure and success thresholds must be at least 1, not %d and %d", s.FailureThreshold, s.SuccessThreshold)
+	}
+	return nil
+}
+
+// State is what the probes say about one endpoint.
+type State struct {
+	// Ready is false after FailureThreshold failed probes in a row, until SuccessThreshold successful ones. An
+	// endpoint that has not been probed yet counts as ready, as before there was probing.
+	Ready bool
+	// Reason is what the last failed probe got, while the endpoint is not ready.
+	Reason string
+}
+
+// Registry holds one prober per endpoint address, for the exposures that list it.
+type Registry struct {
+	settings Settings
+	client   *http.Client
+	// changed is called with the exposures (keys) that list an address whose State changed.
+	changed func(exposures []string)
+
+	mu sync.Mutex
+	// ctx is cancelled by Stop; every prober runs below it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// probers by address; users are the exposures (keys) that list each address, tracked the addresses of each.
+	probers map[string]*prober
+	users   map[string]map[string]bool
+	tracked map[string][]string
+	wg      sync.WaitGroup
+	// running counts the probers' goroutines.
+	running atomic.Int32
+}
+
+// NewRegistry returns a registry whose probes authenticate and verify as config does, under
+// apiserverendpoints.ServerName. When the State of an address changes, changed is called from its prober's goroutine
+// with the exposures that list the address.
+func NewRegistry(config *rest.Config, settings Settings, changed func(exposures []string)) (*Registry, error) {
+	if err := settings.Validate(); err != nil {
+		return nil, err
+	}
+	cfg := rest.CopyConfig(config)
+	cfg.TLSClientConfig.ServerName = apiserverendpoints.ServerName
+	transport, err := rest.TransportFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Registry{
+		settings: settings,
+		client:   &http.Client{Transport: transport, Timeout: settings.Timeout},
+		changed:  changed,
+		ctx:      ctx, cancel: cancel,
+		probers: map[string]*prober{},
+		users:   map[string]map[string]bool{},
+		tracked: map[string][]string{},
+	}, nil
+}
+
+// Track makes addresses (host:port) the endpoints of the exposure key: probers start for new addresses and stop for
+// those no exposure lists any more.
+func (r *Registry) Track(key string, addresses []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ctx.Err() != nil || r.settings.Interval == 0 {
+		return
+	}
+	for _, addr := range r.tracked[key] {
+		if !slices.Contains(addresses, addr) {
+			r.release(key, addr)
+		}
+	}
+	for _, addr := range addresses {
+		if r.users[addr] == nil {
+			r.users[addr] = map[string]bool{}
+		}
+		r.users[addr][key] = true
+		if r.probers[addr] == nil {
+			p := &prober{address: addr, registry: r, state: State{Ready: true}}
+			ctx, cancel := context.WithCancel(r.ctx)
+			p.cancel = cancel
+			r.probers[addr] = p
+			setReady(addr, true)
+			r.wg.Go(func() { p.run(ctx) })
+		}
+	}
+	r.tracked[key] = slices.Clone(addresses)
+}
+
+// Untrack stops probing for the exposure key.
+func (r *Registry) Untrack(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, addr := range r.tracked[key] {
+		r.release(key, addr)
+	}
+	delete(r.tracked, key)
+}
+
+// release drops key from the users of addr and stops its prober when nobody uses it. r.mu is held.
+func (r *Registry) release(key, addr string) {
+	delete(r.users[addr], key)
+	if len(r.users[addr]) > 0 {
+		return
+	}
+	delete(r.users, addr)
+	if p := r.probers[addr]; p != nil {
+		p.cancel()
+		delete(r.probers, addr)
+		forget(addr)
+	}
+}
+
+// Users are the exposures that list address.
+func (r *Registry) Users(address string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var keys []string
+	for key := range r.users[address] {
+		keys = append(keys, key)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// State is the state of address; an address nobody tracks counts as ready.
+func (r *Registry) State(address string) State {
+	r.mu.Lock()
+	p := r.probers[address]
+	r.mu.Unlock()
+	if p == nil {
+		return State{Ready: true}
+	}
+	return p.get()
+}
+
+// Probers is how many probers run.
+func (r *Registry) Probers() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.probers)
+}
+
+// Start runs until ctx ends and then stops every prober (a manager.Runnable). Only the leader probes: only it
+// reconciles exposures.
+func (r *Registry) Start(ctx context.Context) error {
+	<-ctx.Done()
+	r.Stop()
+	return nil
+}
+
+// Stop stops every prober and waits until they have returned; Track does nothing afterwards.
+func (r *Registry) Stop() {
+	r.mu.Lock()
+	r.cancel()
+	r.mu.Unlock()
+	r.wg.Wait()
+	utilnet.CloseIdleConnectionsFor(r.client.Transport)
+}
+
+type prober struct {
+	address  string
+	registry *Registry
+	cancel   context.CancelFunc
+
+	mu                  sync.Mutex
+	state               State
+	failures, successes int
+}
+
+func (p *prober) get() State {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.state
+}
+
+func (p *prober) run(ctx context.Context) {
+	p.registry.running.Add(1)
+	defer p.registry.running.Add(-1)
+	// No connection stays open to an endpoint nobody probes; the other probers' idle ones are dialled again.
+	defer utilnet.CloseIdleConnectionsFor(p.registry.client.Transport)
+	ticker := time.NewTicker(p.registry.settings.Interval)
+	defer ticker.Stop()
+	for {
+		p.observe(ctx, p.probe(ctx))
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
+// probe asks the endpoint's kube-apiserver whether it is ready; nil means it is.
+func (p *prober) probe(ctx context.Context) error {
+	start := time.Now()
+	defer func() {
+		if ctx.Err() == nil {
+			observeProbe(p.address, time.Since(start))
+		}
+	}()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+p.address+"/readyz", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := p.registry.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+		return fmt.Errorf("GET /readyz: %s: %s", resp.Status, body)
+	}
+	return nil
+}
+
+// observe counts the probe's result and changes the state at a threshold.
+func (p *prober) observe(ctx context.Context, err error) {
+	if ctx.Err() != nil {
+		return // stopped during the probe: its failure says nothing about the endpoint
+	}
+	s := p.registry.settings
+	p.mu.Lock()
+	changed := false
+	if err == nil {
+		p.failures, p.successes = 0, p.successes+1
+		if !p.state.Ready && p.successes >= s.SuccessThreshold {
+			p.state, changed = State{Ready: true}, true
+		}
+	} else {
+		p.failures, p.successes = p.failures+1, 0
+		if p.state.Ready && p.failures >= s.FailureThreshold {
+			p.state, changed = State{Ready: false, Reason: err.Error()}, true
+		} else if !p.state.Ready {
+			p.state.Reason = err.Error()
+		}
+	}
+	ready := p.state.Ready
+	p.mu.Unlock()
+	if changed {
+		transition(p.address, ready)
+		if p.registry.changed != nil {
+			p.registry.changed(p.registry.Users(p.address))
+		}
+	}
+}
+
+// Publish decides which endpoints to publish as not ready, by address with the reason, from their states. When every
+// endpoint is not ready (allFailing), it publishes none as not ready: a VIP without a ready backend refuses every
+// connection, and when all probes fail at once the probing itself is suspect (the extension's own network, a changed
+// certificate); a single control-plane node stays published whatever its probes say.
+func Publish(states map[string]State) (notReady map[string]string, allFailing bool) {
+	notReady = map[string]string{}
+	for addr, s := range states {
+		if !s.Ready {
+			notReady[addr] = s.Reason
+		}
+	}
+	if len(states) > 0 && len(notReady) == len(states) {
+		return map[string]string{}, true
+	}
+	return notReady, false
+}

@@ -1,0 +1,305 @@
+package health
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	secretsutils "github.com/gardener/gardener/pkg/utils/secrets"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
+)
+
+const token = "the-extensions-token"
+
+// apiServer stands for the /readyz endpoint of a kube-apiserver (the suites under test/ probe real ones): HTTPS with a
+// certificate for serverNames signed by the cluster CA, answering per its switch, and only with the token.
+type apiServer struct {
+	*httptest.Server
+	status   atomic.Int32
+	requests atomic.Int32
+	// open counts the connections the server holds.
+	open atomic.Int32
+}
+
+func newAPIServer(t *testing.T, ca *secretsutils.Certificate, serverNames ...string) *apiServer {
+	t.Helper()
+	cert, err := (&secretsutils.CertificateSecretConfig{
+		Name: "kube-apiserver", CommonName: "kube-apiserver", DNSNames: serverNames,
+		CertType: secretsutils.ServerCert, SigningCA: ca,
+	}).GenerateCertificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair(cert.CertificatePEM, cert.PrivateKeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &apiServer{}
+	s.status.Store(http.StatusOK)
+	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.requests.Add(1)
+		switch {
+		case r.Header.Get("Authorization") != "Bearer "+token:
+			w.WriteHeader(http.StatusUnauthorized)
+		case r.URL.Path != "/readyz":
+			w.WriteHeader(http.StatusNotFound)
+		default:
+			w.WriteHeader(int(s.status.Load()))
+			_, _ = w.Write([]byte("[-]etcd failed: reason withheld\n"))
+		}
+	}))
+	s.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
+	s.Config.ErrorLog = log.New(io.Discard, "", 0) // the handshakes refused on purpose
+	s.Config.ConnState = func(_ net.Conn, state http.ConnState) {
+		switch state {
+		case http.StateNew:
+			s.open.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			s.open.Add(-1)
+		}
+	}
+	s.StartTLS()
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *apiServer) address() string { return s.Listener.Addr().String() }
+
+func newCA(t *testing.T) *secretsutils.Certificate {
+	t.Helper()
+	ca, err := (&secretsutils.CertificateSecretConfig{Name: "ca", CommonName: "kubernetes", CertType: secretsutils.CACert}).GenerateCertificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
+}
+
+// fast are settings that keep the test short; the thresholds are the defaults'.
+var fast = Settings{Interval: 100 * time.Millisecond, Timeout: 100 * time.Millisecond, FailureThreshold: 2, SuccessThreshold: 2}
+
+// changes records the exposures the registry reports, one entry per change.
+type changes struct {
+	mu      sync.Mutex
+	reports [][]string
+}
+
+func (c *changes) record(exposures []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reports = append(c.reports, exposures)
+}
+
+func (c *changes) all() [][]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.reports)
+}
+
+func newRegistry(t *testing.T, ca *secretsutils.Certificate, c *changes) *Registry {
+	t.Helper()
+	r, err := NewRegistry(&rest.Config{BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: ca.CertificatePEM}}, fast, c.record)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	return r
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting until %s", what)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// TestEndpointOutAndBack: of three endpoints shared by two exposures, the one whose kube-apiserver answers 503 goes
+// out after the failure threshold, with the answer as reason, and comes back after the success threshold; the others
+// stay ready throughout; every change is reported once.
+func TestEndpointOutAndBack(t *testing.T) {
+	ca := newCA(t)
+	servers := []*apiServer{newAPIServer(t, ca, apiserverendpoints.ServerName), newAPIServer(t, ca, apiserverendpoints.ServerName), newAPIServer(t, ca, apiserverendpoints.ServerName)}
+	c := &changes{}
+	r := newRegistry(t, ca, c)
+	all := []string{servers[0].address(), servers[1].address(), servers[2].address()}
+	r.Track("garden/a", all)
+	r.Track("garden/b", all[1:])
+	if got := r.Probers(); got != 3 {
+		t.Fatalf("%d probers for 3 addresses", got)
+	}
+	waitFor(t, "every server was probed", func() bool {
+		return servers[0].requests.Load() > 2 && servers[1].requests.Load() > 2 && servers[2].requests.Load() > 2
+	})
+	for _, addr := range all {
+		if s := r.State(addr); !s.Ready {
+			t.Fatalf("%s not ready while its kube-apiserver is: %+v", addr, s)
+		}
+	}
+
+	servers[1].status.Store(http.StatusServiceUnavailable)
+	waitFor(t, "the endpoint answering 503 is out", func() bool { return !r.State(all[1]).Ready })
+	if s := r.State(all[1]); !strings.Contains(s.Reason, "503") || !strings.Contains(s.Reason, "etcd failed") {
+		t.Errorf("reason %q, want the answer of /readyz", s.Reason)
+	}
+	if !r.State(all[0]).Ready || !r.State(all[2]).Ready {
+		t.Error("another endpoint went out with it")
+	}
+	if got := r.Users(all[1]); len(got) != 2 {
+		t.Errorf("users of %s: %v, want both exposures", all[1], got)
+	}
+
+	servers[1].status.Store(http.StatusOK)
+	waitFor(t, "the endpoint is back", func() bool { return r.State(all[1]).Ready })
+	// Out and back, each reported to both exposures that list the endpoint; nothing for the others.
+	want := [][]string{{"garden/a", "garden/b"}, {"garden/a", "garden/b"}}
+	if got := c.all(); !slices.EqualFunc(got, want, slices.Equal) {
+		t.Errorf("changes reported %v, want %v", got, want)
+	}
+}
+
+// TestProbesVerifyAndAuthenticate: a kube-apiserver whose certificate does not hold the server name, or that does not
+// get the extension's token, is not ready.
+func TestProbesVerifyAndAuthenticate(t *testing.T) {
+	ca := newCA(t)
+	otherName := newAPIServer(t, ca, "api.example.com")
+	otherCA := newAPIServer(t, newCA(t), apiserverendpoints.ServerName)
+	r := newRegistry(t, ca, &changes{})
+	r.Track("garden/a", []string{otherName.address(), otherCA.address()})
+	for _, s := range []*apiServer{otherName, otherCA} {
+		waitFor(t, s.address()+" is out", func() bool { return !r.State(s.address()).Ready })
+		if reason := r.State(s.address()).Reason; !strings.Contains(reason, "certificate") {
+			t.Errorf("reason %q, want the certificate's", reason)
+		}
+	}
+
+	unauthenticated, err := NewRegistry(&rest.Config{TLSClientConfig: rest.TLSClientConfig{CAData: ca.CertificatePEM}}, fast, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(unauthenticated.Stop)
+	good := newAPIServer(t, ca, apiserverendpoints.ServerName)
+	unauthenticated.Track("garden/a", []string{good.address()})
+	waitFor(t, "a probe without the token fails", func() bool { return !unauthenticated.State(good.address()).Ready })
+	if reason := unauthenticated.State(good.address()).Reason; !strings.Contains(reason, "401") {
+		t.Errorf("reason %q, want 401", reason)
+	}
+}
+
+// TestHungEndpointTimesOut: a kube-apiserver that accepts connections and never answers goes out by the timeout.
+func TestHungEndpointTimesOut(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { conn.Close() })
+		}
+	}()
+	r := newRegistry(t, newCA(t), &changes{})
+	r.Track("garden/a", []string{l.Addr().String()})
+	waitFor(t, "the hung endpoint is out", func() bool { return !r.State(l.Addr().String()).Ready })
+}
+
+// TestProbersStopWithTheirExposures: a prober runs while any exposure lists its address; when the last one drops it,
+// its goroutine ends and no connection to the endpoint stays open.
+func TestProbersStopWithTheirExposures(t *testing.T) {
+	ca := newCA(t)
+	s := newAPIServer(t, ca, apiserverendpoints.ServerName)
+	r := newRegistry(t, ca, &changes{})
+	r.Track("garden/a", []string{s.address()})
+	r.Track("garden/b", []string{s.address()})
+	r.Untrack("garden/a")
+	before := s.requests.Load()
+	waitFor(t, "the shared prober keeps probing", func() bool { return s.requests.Load() > before+2 })
+	r.Track("garden/b", nil)
+	if got := r.Probers(); got != 0 {
+		t.Fatalf("%d probers after the last exposure dropped the address", got)
+	}
+	waitFor(t, "the prober's goroutine ended", func() bool { return r.running.Load() == 0 })
+	waitFor(t, "no connection is left", func() bool { return s.open.Load() == 0 })
+}
+
+func TestPublish(t *testing.T) {
+	for name, tc := range map[string]struct {
+		states     map[string]State
+		notReady   []string
+		allFailing bool
+	}{
+		"all ready":        {map[string]State{"a": {Ready: true}, "b": {Ready: true}}, nil, false},
+		"one out":          {map[string]State{"a": {Ready: true}, "b": {Reason: "503"}}, []string{"b"}, false},
+		"all out":          {map[string]State{"a": {Reason: "503"}, "b": {Reason: "refused"}}, nil, true},
+		"the only one out": {map[string]State{"a": {Reason: "503"}}, nil, true},
+		"no endpoint":      {map[string]State{}, nil, false},
+		"two of three out": {map[string]State{"a": {Reason: "x"}, "b": {Reason: "y"}, "c": {Ready: true}}, []string{"a", "b"}, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			notReady, allFailing := Publish(tc.states)
+			if allFailing != tc.allFailing || len(notReady) != len(tc.notReady) {
+				t.Fatalf("not ready %v, all failing %v; want %v, %v", notReady, allFailing, tc.notReady, tc.allFailing)
+			}
+			for _, addr := range tc.notReady {
+				if notReady[addr] != tc.states[addr].Reason {
+					t.Errorf("%s: reason %q, want %q", addr, notReady[addr], tc.states[addr].Reason)
+				}
+			}
+		})
+	}
+}
+
+func TestSettingsValidate(t *testing.T) {
+	if err := DefaultSettings.Validate(); err != nil {
+		t.Errorf("defaults: %v", err)
+	}
+	if err := (Settings{}).Validate(); err != nil {
+		t.Errorf("probing off: %v", err)
+	}
+	for _, s := range []Settings{
+		{Interval: -time.Second, Timeout: time.Millisecond, FailureThreshold: 1, SuccessThreshold: 1},
+		{Interval: time.Second, Timeout: 2 * time.Second, FailureThreshold: 1, SuccessThreshold: 1},
+		{Interval: time.Second, Timeout: time.Millisecond, FailureThreshold: 0, SuccessThreshold: 1},
+	} {
+		if err := s.Validate(); err == nil {
+			t.Errorf("%+v accepted", s)
+		}
+	}
+}
+
+// TestProbingOff: with interval 0 nothing is probed and every endpoint counts as ready.
+func TestProbingOff(t *testing.T) {
+	ca := newCA(t)
+	s := newAPIServer(t, ca, apiserverendpoints.ServerName)
+	s.status.Store(http.StatusServiceUnavailable)
+	r, err := NewRegistry(&rest.Config{BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: ca.CertificatePEM}}, Settings{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	r.Track("garden/a", []string{s.address()})
+	if r.Probers() != 0 || !r.State(s.address()).Ready || s.requests.Load() != 0 {
+		t.Errorf("probing although switched off: %d probers, state %+v, %d requests", r.Probers(), r.State(s.address()), s.requests.Load())
+	}
+}

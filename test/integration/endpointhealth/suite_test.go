@@ -1,0 +1,68 @@
+// Package endpointhealth_test runs the extension as the pod of its chart would run on cp-0 (test/podrun: in a
+// network namespace standing for the node, with its ServiceAccount's token and the cluster CA), against a real
+// kube-apiserver that serves a certificate made as Gardener makes it. The namespace holds the three control-plane
+// InternalIPs, each a TCP proxy to kube-apiserver that the tests switch off, as a control-plane node whose
+// kube-apiserver is down refuses connections; nothing the extension dials leaves the namespace. A helper plays
+// Cilium's LB-IPAM and cp-0's agent as the VIP's announcer.
+package endpointhealth_test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
+)
+
+var (
+	env     *testenv.Env
+	sandbox *podrun.Sandbox
+	// controlPlaneIPs are cp-0, cp-1 and cp-2's InternalIPs, in the fixture node network, on the sandbox's loopback.
+	controlPlaneIPs = []string{"10.0.20.1", "10.0.20.2", "10.0.20.3"}
+)
+
+func TestMain(m *testing.M) {
+	if err := podrun.ServeAsShoot("shoot--local--health"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	shoot := fixtures.WithExposureConfig(fixtures.Shoot(true), fixtures.ExposureConfigL2)
+	os.Exit(testenv.RunSuite(m, shoot, setup))
+}
+
+func setup(ctx context.Context, e *testenv.Env) (func(), error) {
+	stopFakes, err := testenv.UseWithFakeLBIPAM(&env)(ctx, e)
+	if err != nil {
+		return nil, err
+	}
+	apiServer, err := url.Parse(e.Config.Host)
+	if err != nil {
+		stopFakes()
+		return nil, err
+	}
+	sandbox, err = podrun.NewSandbox(podrun.Network{
+		Name: "cilium-health-" + strconv.Itoa(os.Getpid()), APIServer: apiServer.Host, ControlPlaneIPs: controlPlaneIPs,
+		ClusterIP: podrun.ClusterIP, VIP: fixtures.ExposureVIP, ExternalName: ciliumchart.ExternalHost,
+	})
+	if err != nil {
+		stopFakes()
+		return nil, err
+	}
+	cleanup := func() {
+		sandbox.Close()
+		stopFakes()
+	}
+	for i, ip := range controlPlaneIPs {
+		if err := e.SetInternalIP(ctx, "cp-"+strconv.Itoa(i), ip); err != nil {
+			cleanup()
+			return nil, err
+		}
+	}
+	return cleanup, nil
+}

@@ -1,0 +1,58 @@
+package podrun
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
+)
+
+// ForExtension is the extension's own container as kubelet would start the pod of its chart's Deployment (as
+// Gardener's resource manager applied it into env) on node, a hostNetwork pod whose status.podIP is the node's
+// InternalIP podIP: the binary env runs, a token of the chart's ServiceAccount, and the cluster CA of Gardener's
+// certificates. The caller adds the directories.
+func ForExtension(ctx context.Context, env *testenv.Env, node, podIP string) (Container, error) {
+	deployment := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: testenv.ExtensionNamespace, Name: testenv.ServiceAccountName}}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(deployment), deployment); err != nil {
+		return Container{}, fmt.Errorf("the chart's Deployment as the resource manager applied it: %w", err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: deployment.Namespace, Name: deployment.Name + "-" + node, Labels: deployment.Spec.Template.Labels},
+		Spec:       *deployment.Spec.Template.Spec.DeepCopy(),
+	}
+	pod.Spec.NodeName = node
+	token, err := Token(ctx, env.Config, pod)
+	if err != nil {
+		return Container{}, err
+	}
+	if testenv.GardenerCertificates == nil {
+		return Container{}, fmt.Errorf("kube-apiserver serves no Gardener certificates (ServeAsShoot)")
+	}
+	return Container{
+		Pod: pod, Name: pod.Spec.Containers[0].Name, Node: node, PodIP: podIP,
+		Binary: env.ExtensionCommand()[0], Token: token, CA: testenv.GardenerCertificates.CA.CertificatePEM,
+	}, nil
+}
+
+// ReadinessProbe is kubelet's readiness probe of the container c, started in s: ready when it answers 200.
+func (s *Sandbox) ReadinessProbe(c Container, started *Started) func(context.Context) (bool, error) {
+	container := c.Pod.Spec.Containers[0]
+	for _, ct := range c.Pod.Spec.Containers {
+		if ct.Name == c.Name {
+			container = ct
+		}
+	}
+	probe := container.ReadinessProbe.HTTPGet
+	url := "http://" + net.JoinHostPort(c.PodIP, strconv.Itoa(probe.Port.IntValue())) + probe.Path
+	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{DialContext: s.DialContext}}
+	return testenv.Probe(started.Process, hc, url)
+}
