@@ -34,21 +34,11 @@ func vipFailover(r *report, runs int) error {
 	// An interrupted bench still removes its namespaces, cgroups and processes.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := podrun.ServeAsShoot("shoot--local--bench"); err != nil {
-		return err
-	}
-	env, err := testenv.Start()
+	env, stopShoot, err := startShoot(ctx, "shoot--local--bench")
 	if err != nil {
 		return err
 	}
-	defer env.Stop()
-	if err := env.CreateSelfHostedShoot(ctx, fixtures.WithExposureConfig(fixtures.Shoot(true), fixtures.ExposureConfigL2)); err != nil {
-		return err
-	}
-	if err := env.RunExtension(ctx, ""); err != nil {
-		return err
-	}
-	defer env.Extension.Stop(ctx)
+	defer stopShoot()
 	cluster, err := ciliumnodes.New(ctx, env, "cbench"+strconv.Itoa(os.Getpid()))
 	if err != nil {
 		return err
@@ -114,4 +104,27 @@ func vipFailover(r *report, runs int) error {
 		"recover before ARP moves. Hung (link up, every IP packet dropped): the bridge keeps forwarding to the dead port, and "+
 		"HTTPS waits until the new holder's gratuitous ARP (pkg/datapath/l2responder) moves the client's neighbour entry.")
 	return nil
+}
+
+// startShoot starts a control plane of its own that serves a certificate made as Gardener makes it for the shoot
+// technicalID, creates the self-hosted shoot with an L2 exposure configuration and runs the extension; stop ends them.
+func startShoot(ctx context.Context, technicalID string) (env *testenv.Env, stop func(), err error) {
+	if err := podrun.ServeAsShoot(technicalID); err != nil {
+		return nil, nil, err
+	}
+	if env, err = testenv.Start(); err != nil {
+		return nil, nil, err
+	}
+	if err := env.CreateSelfHostedShoot(ctx, fixtures.WithExposureConfig(fixtures.Shoot(true), fixtures.ExposureConfigL2)); err != nil {
+		env.Stop()
+		return nil, nil, err
+	}
+	if err := env.RunExtension(ctx, ""); err != nil {
+		env.Stop()
+		return nil, nil, err
+	}
+	return env, func() {
+		env.Extension.Stop(context.Background())
+		env.Stop()
+	}, nil
 }

@@ -1,11 +1,14 @@
 package ciliumchart
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
@@ -85,4 +88,14 @@ func RenderGardener(version string, values map[string]any) (*Objects, error) {
 		return nil, fmt.Errorf("networking-cilium's chart: %w", err)
 	}
 	return collect("networking-cilium's chart", version, rendered)
+}
+
+// CreateGardenerConfig creates the cilium-config of networking-cilium's chart in c, which an exposure checks, unless
+// it exists.
+func CreateGardenerConfig(ctx context.Context, c client.Client) error {
+	rendered, err := RenderGardener(GardenerVersion, GardenerValues(GardenerVersion))
+	if err != nil {
+		return err
+	}
+	return client.IgnoreAlreadyExists(c.Create(ctx, rendered.Config.DeepCopy()))
 }

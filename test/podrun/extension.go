@@ -2,6 +2,7 @@ package podrun
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -55,4 +56,28 @@ func (s *Sandbox) ReadinessProbe(c Container, started *Started) func(context.Con
 	url := "http://" + net.JoinHostPort(c.PodIP, strconv.Itoa(probe.Port.IntValue())) + probe.Path
 	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{DialContext: s.DialContext}}
 	return testenv.Probe(started.Process, hc, url)
+}
+
+// TakeOver runs the extension as its chart's pod on node (InternalIP podIP) in s and hands it the controllers: env's
+// extension, on this machine's network where the sandbox's addresses do not exist, stops and releases its lease, and
+// the pod, once ready, leads. giveBack stops the pod and starts env's extension again.
+func (s *Sandbox) TakeOver(ctx context.Context, env *testenv.Env, node, podIP, dir, logPath string) (pod *Started, giveBack func() error, err error) {
+	c, err := ForExtension(ctx, env, node, podIP)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.Dir, c.LogPath = dir, logPath
+	env.StopExtension(ctx, false)
+	started, err := s.Start(c)
+	if err != nil {
+		return nil, nil, errors.Join(err, env.StartExtensionAgain())
+	}
+	giveBack = func() error {
+		started.Stop(context.Background())
+		return env.StartExtensionAgain()
+	}
+	if err := testenv.WaitFor(ctx, time.Minute, s.ReadinessProbe(c, started)); err != nil {
+		return nil, nil, errors.Join(fmt.Errorf("the extension pod is not ready: %w\n%s", err, started.LogTail(40)), giveBack())
+	}
+	return started, giveBack, nil
 }

@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"time"
 
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
 	v1beta1constants "github.com/gardener/gardener/pkg/apis/core/v1beta1/constants"
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
 )
 
 // RequestReconcile applies mutate to the exposure and asks for a reconciliation the way Gardener does, with its
@@ -40,4 +43,23 @@ func (e *Env) WaitForLastOperation(ctx context.Context, exp *extensionsv1alpha1.
 		}
 		return done(op), fmt.Errorf("last operation %s: %s", op.State, op.Description)
 	})
+}
+
+// PublishedEndpoints reads the exposure's EndpointSlices: whether each endpoint address is published ready (and
+// serving, which must agree).
+func (e *Env) PublishedEndpoints(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) (map[string]bool, error) {
+	slices := &discoveryv1.EndpointSliceList{}
+	if err := e.Client.List(ctx, slices, client.InNamespace(exp.Namespace), client.MatchingLabels(resources.Labels(exp.Name, exp.Namespace))); err != nil {
+		return nil, err
+	}
+	ready := map[string]bool{}
+	for _, s := range slices.Items {
+		for _, ep := range s.Endpoints {
+			if *ep.Conditions.Ready != *ep.Conditions.Serving {
+				return nil, fmt.Errorf("%s is published ready %v but serving %v", ep.Addresses[0], *ep.Conditions.Ready, *ep.Conditions.Serving)
+			}
+			ready[ep.Addresses[0]] = *ep.Conditions.Ready
+		}
+	}
+	return ready, nil
 }

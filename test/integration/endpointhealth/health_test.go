@@ -2,7 +2,6 @@ package endpointhealth_test
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"net"
 	"path/filepath"
@@ -11,40 +10,17 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1beta1helper "github.com/gardener/gardener/pkg/api/core/v1beta1/helper"
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 
-	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/selfhostedshootexposure"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
 )
-
-// published reads the exposure's EndpointSlices: ready by address, which must equal serving.
-func published(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) (map[string]bool, error) {
-	slices := &discoveryv1.EndpointSliceList{}
-	if err := env.Client.List(ctx, slices, client.InNamespace(exp.Namespace), client.MatchingLabels(resources.Labels(exp.Name, exp.Namespace))); err != nil {
-		return nil, err
-	}
-	ready := map[string]bool{}
-	for _, s := range slices.Items {
-		for _, ep := range s.Endpoints {
-			if *ep.Conditions.Ready != *ep.Conditions.Serving {
-				return nil, fmt.Errorf("%s is published ready %v but serving %v", ep.Addresses[0], *ep.Conditions.Ready, *ep.Conditions.Serving)
-			}
-			ready[ep.Addresses[0]] = *ep.Conditions.Ready
-		}
-	}
-	return ready, nil
-}
 
 // waitUntilPublished waits until the exposure's slices say want, and its EndpointsReady condition has reason, and
 // returns how long that took (for the log: tests assert no timings; make bench measures them).
@@ -55,7 +31,7 @@ func waitUntilPublished(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExp
 	var condition *gardencorev1beta1.Condition
 	if err := testenv.WaitFor(context.Background(), 30*time.Second, func(ctx context.Context) (bool, error) {
 		var err error
-		if got, err = published(ctx, exp); err != nil {
+		if got, err = env.PublishedEndpoints(ctx, exp); err != nil {
 			return false, err
 		}
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(exp), exp); err != nil {
@@ -79,35 +55,22 @@ func all(ready bool) map[string]bool {
 
 func address(i int) string { return net.JoinHostPort(controlPlaneIPs[i], "443") }
 
-// runExtensionPod hands the exposure controller to the extension run as its chart's pod on cp-0 in the sandbox: the
-// suite's extension (on this machine's network, where the control-plane addresses do not exist) stops and releases
-// its lease, the pod takes it. The suite's extension starts again when the test ends.
+// runExtensionPod hands the exposure controller to the extension run as its chart's pod on cp-0 in the sandbox until
+// the test ends.
 func runExtensionPod(t *testing.T) {
 	t.Helper()
-	ctx := context.Background()
-	c, err := podrun.ForExtension(ctx, env, "cp-0", controlPlaneIPs[0])
+	pod, giveBack, err := sandbox.TakeOver(context.Background(), env, "cp-0", controlPlaneIPs[0], t.TempDir(), filepath.Join(env.Dir, "extension-pod.log"))
 	if err != nil {
-		t.Fatal(err)
-	}
-	c.Dir, c.LogPath = t.TempDir(), filepath.Join(env.Dir, "extension-pod.log")
-	env.StopExtension(ctx, false)
-	started, err := sandbox.Start(c)
-	if err != nil {
-		_ = env.StartExtensionAgain()
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		started.Stop(context.Background())
 		if t.Failed() {
-			t.Logf("--- extension pod log ---\n%s", started.LogTail(60))
+			t.Logf("--- extension pod log ---\n%s", pod.LogTail(60))
 		}
-		if err := env.StartExtensionAgain(); err != nil {
+		if err := giveBack(); err != nil {
 			t.Error(err)
 		}
 	})
-	if err := testenv.WaitFor(ctx, time.Minute, sandbox.ReadinessProbe(c, started)); err != nil {
-		t.Fatalf("the extension pod is not ready: %v", err)
-	}
 }
 
 // TestUnreadyEndpointsAreTakenOut: the exposure publishes the three control-plane nodes as ready while their
@@ -116,7 +79,9 @@ func runExtensionPod(t *testing.T) {
 // condition says that the probes fail. Deleting the exposure stops its probes: no connection stays open.
 func TestUnreadyEndpointsAreTakenOut(t *testing.T) {
 	ctx := context.Background()
-	createCiliumConfig(t)
+	if err := ciliumchart.CreateGardenerConfig(ctx, env.Client); err != nil {
+		t.Fatal(err)
+	}
 	runExtensionPod(t)
 	nodes := &corev1.NodeList{}
 	if err := env.Client.List(ctx, nodes); err != nil {
@@ -182,21 +147,5 @@ func TestUnreadyEndpointsAreTakenOut(t *testing.T) {
 	}
 	if err := testenv.WaitFor(ctx, 30*time.Second, func(context.Context) (bool, error) { return open() == 0, nil }); err != nil {
 		t.Errorf("%d connections to the endpoints still open after the exposure is gone", open())
-	}
-}
-
-// createCiliumConfig creates the cilium-config of networking-cilium's chart, which the exposure checks.
-func createCiliumConfig(t *testing.T) {
-	t.Helper()
-	rendered, err := ciliumchart.RenderGardener(ciliumchart.GardenerVersion, ciliumchart.GardenerValues(ciliumchart.GardenerVersion))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cm := rendered.Config.DeepCopy()
-	if cm.Namespace != cilium.Namespace {
-		t.Fatalf("cilium-config in %s", cm.Namespace)
-	}
-	if err := env.Client.Create(context.Background(), cm); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
 	}
 }
