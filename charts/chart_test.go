@@ -2,6 +2,7 @@ package charts_test
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/charts"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/health"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/helm"
@@ -84,7 +86,11 @@ func TestSelfHostedValues(t *testing.T) {
 		t.Errorf("tolerations %v lack the control-plane taint", spec.Tolerations)
 	}
 	for _, want := range []string{"--self-hosted-shoot-cluster=true", "--webhook-config-namespace=" + namespace, "--webhook-config-mode=service",
-		"--webhook-config-server-port=30002", "--metrics-bind-address=$(POD_IP):30001", "--health-bind-address=$(POD_IP):30003"} {
+		"--webhook-config-server-port=30002", "--metrics-bind-address=$(POD_IP):30001", "--health-bind-address=$(POD_IP):30003",
+		// The chart's probe settings are the binary's defaults.
+		"--endpoint-probe-interval=" + health.DefaultSettings.Interval.String(), "--endpoint-probe-timeout=" + health.DefaultSettings.Timeout.String(),
+		"--endpoint-probe-failure-threshold=" + strconv.Itoa(health.DefaultSettings.FailureThreshold),
+		"--endpoint-probe-success-threshold=" + strconv.Itoa(health.DefaultSettings.SuccessThreshold)} {
 		if !slices.Contains(args(d), want) {
 			t.Errorf("args %v lack %s", args(d), want)
 		}

@@ -5,10 +5,12 @@
 // authenticated as the extension, since Gardener may switch anonymous access off. After FailureThreshold failures in a
 // row an endpoint counts as not ready, after SuccessThreshold successes as ready again.
 //
-// Cilium maps an EndpointSlice endpoint that is neither ready, serving nor terminating to BackendStateMaintenance,
-// which it selects for no new connection while keeping established ones (pkg/loadbalancer/reflectors/conversions.go
-// in 1.19 and 1.20, the switch on be.Conditions; pkg/loadbalancer/loadbalancer.go BackendStateMaintenance). That holds
-// for the VIP on every path, the BPF service maps being the same for socket-LB, tc and XDP.
+// Cilium maps an EndpointSlice endpoint that is neither ready, serving nor terminating to BackendStateMaintenance
+// (pkg/loadbalancer/reflectors/conversions.go in 1.19 and 1.20, the switch on be.Conditions), and leaves a backend in
+// maintenance out of the service's slots in the services map while keeping its backend entry
+// (pkg/loadbalancer/reconciler/bpf_reconciler.go, "Backends that are in maintenance are not included in the services
+// map"): no new connection goes to it, established ones keep their conntrack entries. The services map is the one that
+// socket-LB, tc and XDP all read, so this holds for the VIP on every path.
 package health
 
 import (

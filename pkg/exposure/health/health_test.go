@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/client-go/rest"
 
 	secretsutils "github.com/gardener/gardener/pkg/utils/secrets"
@@ -166,8 +168,22 @@ func TestEndpointOutAndBack(t *testing.T) {
 		t.Errorf("users of %s: %v, want both exposures", all[1], got)
 	}
 
+	if got := testutil.ToFloat64(endpointReady.WithLabelValues(all[1])); got != 0 {
+		t.Errorf("metric endpoint_ready of the endpoint out: %v", got)
+	}
 	servers[1].status.Store(http.StatusOK)
 	waitFor(t, "the endpoint is back", func() bool { return r.State(all[1]).Ready })
+	for to, want := range map[string]float64{"not-ready": 1, "ready": 1} {
+		if got := testutil.ToFloat64(endpointTransitions.WithLabelValues(all[1], to)); got != want {
+			t.Errorf("metric transitions_total to %s: %v, want %v", to, got, want)
+		}
+	}
+	if got := testutil.ToFloat64(endpointReady.WithLabelValues(all[1])); got != 1 {
+		t.Errorf("metric endpoint_ready of the endpoint back: %v", got)
+	}
+	if got := testutil.CollectAndCount(probeDuration, "cilium_selfhosted_apiserver_probe_duration_seconds"); got < 3 {
+		t.Errorf("probe durations of %d endpoints, want 3", got)
+	}
 	// Out and back, each reported to both exposures that list the endpoint; nothing for the others.
 	want := [][]string{{"garden/a", "garden/b"}, {"garden/a", "garden/b"}}
 	if got := c.all(); !slices.EqualFunc(got, want, slices.Equal) {
@@ -241,6 +257,9 @@ func TestProbersStopWithTheirExposures(t *testing.T) {
 	}
 	waitFor(t, "the prober's goroutine ended", func() bool { return r.running.Load() == 0 })
 	waitFor(t, "no connection is left", func() bool { return s.open.Load() == 0 })
+	if strings.Contains(seriesOf(t, endpointReady), s.address()) {
+		t.Errorf("metrics of %s left after its prober stopped", s.address())
+	}
 }
 
 func TestPublish(t *testing.T) {
@@ -302,4 +321,22 @@ func TestProbingOff(t *testing.T) {
 	if r.Probers() != 0 || !r.State(s.address()).Ready || s.requests.Load() != 0 {
 		t.Errorf("probing although switched off: %d probers, state %+v, %d requests", r.Probers(), r.State(s.address()), s.requests.Load())
 	}
+}
+
+// seriesOf is the exposition text of c.
+func seriesOf(t *testing.T, c prometheus.Collector) string {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(c); err != nil {
+		t.Fatal(err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, f := range families {
+		b.WriteString(f.String())
+	}
+	return b.String()
 }
