@@ -121,12 +121,17 @@ func (t *healthTrigger) Reconcile(ctx context.Context, req reconcile.Request) (r
 	return reconcile.Result{}, client.IgnoreNotFound(requestReconcile(ctx, t.client, exp))
 }
 
-// enqueue turns the exposures (keys) the registry reports into events for the health trigger.
-func enqueue(changes chan<- event.GenericEvent) func(exposures []string) {
-	return func(exposures []string) {
+// enqueue turns the exposures (keys) the registry reports into events for the health trigger. It gives up when the
+// prober stops (at shutdown the trigger may no longer read).
+func enqueue(changes chan<- event.GenericEvent) func(ctx context.Context, exposures []string) {
+	return func(ctx context.Context, exposures []string) {
 		for _, key := range exposures {
 			namespace, name, _ := strings.Cut(key, "/")
-			changes <- event.GenericEvent{Object: &extensionsv1alpha1.SelfHostedShootExposure{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}}
+			select {
+			case changes <- event.GenericEvent{Object: &extensionsv1alpha1.SelfHostedShootExposure{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}}:
+			case <-ctx.Done():
+				return
+			}
 		}
 	}
 }

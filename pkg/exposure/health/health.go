@@ -74,8 +74,9 @@ type State struct {
 type Registry struct {
 	settings Settings
 	client   *http.Client
-	// changed is called with the exposures (keys) that list an address whose State changed.
-	changed func(exposures []string)
+	// changed is called with the exposures (keys) that list an address whose State changed, and a context that ends
+	// when the address's prober stops: a callback that blocks must give up then.
+	changed func(ctx context.Context, exposures []string)
 
 	mu sync.Mutex
 	// ctx is cancelled by Stop; every prober runs below it.
@@ -92,8 +93,8 @@ type Registry struct {
 
 // NewRegistry returns a registry whose probes authenticate and verify as config does, under
 // apiserverendpoints.ServerName. When the State of an address changes, changed is called from its prober's goroutine
-// with the exposures that list the address.
-func NewRegistry(config *rest.Config, settings Settings, changed func(exposures []string)) (*Registry, error) {
+// with the exposures that list the address and a context that ends when the prober stops.
+func NewRegistry(config *rest.Config, settings Settings, changed func(ctx context.Context, exposures []string)) (*Registry, error) {
 	if err := settings.Validate(); err != nil {
 		return nil, err
 	}
@@ -299,7 +300,7 @@ func (p *prober) observe(ctx context.Context, err error) {
 	if changed {
 		transition(p.address, ready)
 		if p.registry.changed != nil {
-			p.registry.changed(p.registry.Users(p.address))
+			p.registry.changed(ctx, p.registry.Users(p.address))
 		}
 	}
 }

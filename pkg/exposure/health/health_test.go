@@ -98,7 +98,7 @@ type changes struct {
 	reports [][]string
 }
 
-func (c *changes) record(exposures []string) {
+func (c *changes) record(_ context.Context, exposures []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.reports = append(c.reports, exposures)
