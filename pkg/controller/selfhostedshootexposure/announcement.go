@@ -39,13 +39,22 @@ func (a *actuator) waitForAnnouncement(ctx context.Context, objs *resources.Obje
 		waiting    string
 	)
 	err := wait.PollUntilContextTimeout(ctx, announcementPoll, a.ingressWait, true, func(ctx context.Context) (bool, error) {
-		var err error
+		var (
+			nodes []string
+			what  string
+			err   error
+		)
 		if objs.L2Policy != nil {
-			announcers, waiting, err = a.l2Announcer(ctx, objs.Service, objs.L2Policy.Spec.NodeSelector)
+			nodes, what, err = a.l2Announcer(ctx, objs.Service, objs.L2Policy.Spec.NodeSelector)
 		} else {
-			announcers, waiting, err = a.bgpAnnouncers(ctx, objs.ClusterConfig)
+			nodes, what, err = a.bgpAnnouncers(ctx, objs.ClusterConfig)
 		}
-		return len(announcers) > 0, err
+		if err != nil {
+			// A read cut off by the wait's deadline says nothing new: keep what the last complete look found.
+			return false, err
+		}
+		announcers, waiting = nodes, what
+		return len(announcers) > 0, nil
 	})
 	if len(announcers) > 0 {
 		return announcers, nil

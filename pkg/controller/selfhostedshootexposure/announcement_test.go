@@ -114,3 +114,31 @@ func TestWaitForAnnouncement(t *testing.T) {
 		})
 	}
 }
+
+// slowReader answers as its client does, but once ctx has a deadline in sight it blocks until the deadline and
+// fails as a request to kube-apiserver cut off by it does.
+type slowReader struct {
+	client.Client
+	calls int
+}
+
+func (r *slowReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	r.calls++
+	if r.calls > 1 {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return r.Client.Get(ctx, key, obj, opts...)
+}
+
+// TestWaitForAnnouncementKeepsWhatItFound: when the last look is cut off by the wait's deadline, the requeue still says
+// what the looks before it found, not nothing.
+func TestWaitForAnnouncementKeepsWhatItFound(t *testing.T) {
+	a := actuatorWith(lease("worker-0", time.Second))
+	a.reader = &slowReader{Client: a.client}
+	_, err := a.waitForAnnouncement(context.Background(), built(t, &exposure.ExposureConfig{Announcement: exposure.AnnouncementL2}))
+	requeue := &reconcilerutils.RequeueAfterError{}
+	if !errors.As(err, &requeue) || !strings.Contains(err.Error(), "is held by worker-0, which the L2 policy does not select") {
+		t.Errorf("error %v, want a requeue that says who holds the lease", err)
+	}
+}
