@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/cilium/pkg/annotation"
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -245,7 +246,7 @@ func TestDeleteReleasesTheVIP(t *testing.T) {
 	}
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "reuse", Namespace: "default", Labels: map[string]string{"test": "reuse"},
-			Annotations: map[string]string{resources.AnnotationLoadBalancerIPs: "203.0.113.161"}},
+			Annotations: map[string]string{annotation.LBIPAMIPsKey: "203.0.113.161"}},
 		Spec: corev1.ServiceSpec{
 			Type:              corev1.ServiceTypeLoadBalancer,
 			LoadBalancerClass: new("io.cilium/l2-announcer"),

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cilium/cilium/pkg/annotation"
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	ciliumv2alpha1 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2alpha1"
 	corev1 "k8s.io/api/core/v1"
@@ -72,7 +73,7 @@ func (e *Env) assignVIPs(ctx context.Context) error {
 		}
 		// An address stays unless the Service pins another one, as with LB-IPAM.
 		ips := requestedOrFirstIPs(svc, pools.Items)
-		if len(ips) == 0 || (len(svc.Status.LoadBalancer.Ingress) > 0 && (svc.Annotations[resources.AnnotationLoadBalancerIPs] == "" || slices.Equal(ips, ingressIPs(svc)))) {
+		if len(ips) == 0 || (len(svc.Status.LoadBalancer.Ingress) > 0 && (svc.Annotations[annotation.LBIPAMIPsKey] == "" || slices.Equal(ips, ingressIPs(svc)))) {
 			continue
 		}
 		svc.Status.LoadBalancer.Ingress = nil
@@ -93,7 +94,7 @@ func ingressIPs(svc *corev1.Service) []string {
 }
 
 func requestedOrFirstIPs(svc *corev1.Service, pools []ciliumv2.CiliumLoadBalancerIPPool) []string {
-	if v := svc.Annotations[resources.AnnotationLoadBalancerIPs]; v != "" {
+	if v := svc.Annotations[annotation.LBIPAMIPsKey]; v != "" {
 		return strings.Split(v, ",")
 	}
 	// As LB-IPAM matches them (operator/pkg/lbipam svcLabels).

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cilium/cilium/pkg/annotation"
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	ciliumv2alpha1 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2alpha1"
 	slimv1 "github.com/cilium/cilium/pkg/k8s/slim/k8s/apis/meta/v1"
@@ -44,8 +45,6 @@ const (
 	SelectorKeyServiceNamespace = "io.kubernetes.service.namespace"
 	SelectorKeyServiceName      = "io.kubernetes.service.name"
 
-	// AnnotationLoadBalancerIPs pins the VIP (operator/pkg/lbipam getSVCRequestedIPs; pkg/annotation/k8s.go).
-	AnnotationLoadBalancerIPs = "lbipam.cilium.io/ips"
 	// LabelEndpointSliceManagedBy marks the slices as ours; Cilium ignores only its own mesh controller's slices.
 	LabelEndpointSliceManagedBy = discoveryv1.LabelManagedBy
 
@@ -314,7 +313,7 @@ func service(in Input) *corev1.Service {
 		svc.Spec.IPFamilyPolicy = new(corev1.IPFamilyPolicyRequireDualStack)
 	}
 	if len(in.Config.LoadBalancerIPs) > 0 {
-		svc.Annotations = map[string]string{AnnotationLoadBalancerIPs: strings.Join(in.Config.LoadBalancerIPs, ",")}
+		svc.Annotations = map[string]string{annotation.LBIPAMIPsKey: strings.Join(in.Config.LoadBalancerIPs, ",")}
 	}
 	return svc
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cilium/cilium/pkg/annotation"
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -63,7 +64,7 @@ func TestBuildIPv4L2(t *testing.T) {
 	if p := svc.Spec.Ports; len(p) != 1 || p[0].Name != "https" || p[0].Port != 443 || p[0].TargetPort.IntVal != 443 {
 		t.Errorf("ports %+v", p)
 	}
-	if svc.Annotations[AnnotationLoadBalancerIPs] != "203.0.113.10" {
+	if svc.Annotations[annotation.LBIPAMIPsKey] != "203.0.113.10" {
 		t.Errorf("annotations %v", svc.Annotations)
 	}
 	if len(svc.Status.LoadBalancer.Ingress) != 0 {
@@ -178,7 +179,7 @@ func TestBuildDualStackBGP(t *testing.T) {
 		!slices.Equal(svc.Spec.IPFamilies, []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}) {
 		t.Errorf("service %+v", svc.Spec)
 	}
-	if svc.Annotations[AnnotationLoadBalancerIPs] != "203.0.113.1,2001:db8::10" {
+	if svc.Annotations[annotation.LBIPAMIPsKey] != "203.0.113.1,2001:db8::10" {
 		t.Errorf("pinned %v", svc.Annotations)
 	}
 	if len(objs.EndpointSlices) != 2 || objs.EndpointSlices[0].AddressType != "IPv4" || objs.EndpointSlices[1].AddressType != "IPv6" {
