@@ -3,9 +3,7 @@
 package ciliumchart
 
 import (
-	"encoding/json"
 	"fmt"
-	"os/exec"
 	"path/filepath"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -15,6 +13,7 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/helm"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
 )
 
 // Versions are the Cilium releases whose charts the tests render: the last patch of each supported minor.
@@ -35,22 +34,8 @@ type Objects struct {
 	All []client.Object
 }
 
-// ModuleDir returns the directory of github.com/cilium/cilium@v<version> in the module cache, downloading it through
-// the module proxy when it is missing.
-func ModuleDir(version string) (string, error) {
-	out, err := exec.Command("go", "mod", "download", "-json", "github.com/cilium/cilium@v"+version).Output()
-	if err != nil {
-		return "", fmt.Errorf("go mod download github.com/cilium/cilium@v%s: %w", version, err)
-	}
-	var mod struct{ Dir, Error string }
-	if err := json.Unmarshal(out, &mod); err != nil {
-		return "", err
-	}
-	if mod.Dir == "" {
-		return "", fmt.Errorf("go mod download github.com/cilium/cilium@v%s: %s", version, mod.Error)
-	}
-	return mod.Dir, nil
-}
+// Module is github.com/cilium/cilium at version, for testenv.ModuleDir.
+func Module(version string) string { return "github.com/cilium/cilium@v" + version }
 
 // Values are the Helm values of a kube-proxy-free Cilium pointed at the external API name, as a shoot without this
 // extension would get them, with the L2 announcer and the BGP control plane on (as test/fixtures.NetworkConfig asks
@@ -74,7 +59,7 @@ func Values(version string) map[string]any {
 
 // Render renders the chart of version with values into Cilium's namespace.
 func Render(version string, values map[string]any) (*Objects, error) {
-	dir, err := ModuleDir(version)
+	dir, err := testenv.ModuleDir(Module(version))
 	if err != nil {
 		return nil, err
 	}

@@ -154,7 +154,7 @@ func (n *Node) running() bool {
 // startAgent runs the cilium-agent container of pod on the node, with lease timings overriding cilium-config's when
 // not nil.
 func (n *Node) startAgent(ctx context.Context, env *testenv.Env, pod *corev1.Pod, configMaps map[string]map[string]string, lease *LeaseTimings) error {
-	module, err := ciliumchart.ModuleDir(ciliumchart.GardenerVersion)
+	module, err := testenv.ModuleDir(ciliumchart.Module(ciliumchart.GardenerVersion))
 	if err != nil {
 		return err
 	}

@@ -181,8 +181,17 @@ func TestPoolConflict(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), userPool) })
-	// LB-IPAM orders pools by creation; make sure ours is the younger one.
-	time.Sleep(1100 * time.Millisecond)
+	// LB-IPAM orders pools by creation time, which kube-apiserver stamps in whole seconds: ours must be younger, so
+	// it is created once kube-apiserver's clock has passed the user pool's second (a dry-run create reads that clock).
+	if err := testenv.WaitFor(ctx, 5*time.Second, func(ctx context.Context) (bool, error) {
+		probe := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", GenerateName: "clock-"}}
+		if err := env.Client.Create(ctx, probe, client.DryRunAll); err != nil {
+			return false, err
+		}
+		return probe.CreationTimestamp.After(userPool.CreationTimestamp.Time), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 
 	exp, _ := expose(t, "conflict", header+`"pool":{"cidrs":["203.0.113.96/28"]}}`)
 	if exp.Status.LastOperation.State != gardencorev1beta1.LastOperationStateError || exp.Status.LastError == nil ||

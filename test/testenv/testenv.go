@@ -5,6 +5,7 @@ package testenv
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -92,17 +93,21 @@ func (e *Env) InstallCiliumCRDs() error {
 	return err
 }
 
-// ModuleDir is the directory of a module of the build list in the module cache.
+// ModuleDir is the directory of module in the module cache: a module of the build list by its path, or any version
+// as path@version; it is downloaded through the module proxy when it is missing.
 func ModuleDir(module string) (string, error) {
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", module).Output()
+	out, err := exec.Command("go", "mod", "download", "-json", module).Output()
 	if err != nil {
-		return "", fmt.Errorf("go list -m %s: %w", module, err)
+		return "", fmt.Errorf("go mod download %s: %w", module, err)
 	}
-	dir := strings.TrimSpace(string(out))
-	if dir == "" {
-		return "", fmt.Errorf("module %s is not in the module cache (go mod download)", module)
+	var mod struct{ Dir, Error string }
+	if err := json.Unmarshal(out, &mod); err != nil {
+		return "", err
 	}
-	return dir, nil
+	if mod.Dir == "" {
+		return "", fmt.Errorf("go mod download %s: %s", module, mod.Error)
+	}
+	return mod.Dir, nil
 }
 
 // AdvertiseAddress is the address kube-apiserver publishes in the `kubernetes` Service's EndpointSlice.
