@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"maps"
 	"net/url"
 	"os"
 	"os/signal"
@@ -174,16 +173,7 @@ func waitPublished(ctx context.Context, env *testenv.Env, exp *extensionsv1alpha
 	for _, ip := range addresses {
 		want[ip] = !slices.Contains(notReady, ip)
 	}
-	var got map[string]bool
-	err := testenv.WaitFor(ctx, time.Minute, func(ctx context.Context) (bool, error) {
-		var err error
-		got, err = env.PublishedEndpoints(ctx, exp)
-		return maps.Equal(got, want), err
-	})
-	if err != nil {
-		return fmt.Errorf("published %v, want %v: %w", got, want, err)
-	}
-	return nil
+	return env.WaitForPublished(ctx, exp, want, time.Minute)
 }
 
 // processCost is the CPU (percent of a core) the process pid uses over window, and its anonymous resident memory at

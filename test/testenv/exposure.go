@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -45,21 +46,28 @@ func (e *Env) WaitForLastOperation(ctx context.Context, exp *extensionsv1alpha1.
 	})
 }
 
-// PublishedEndpoints reads the exposure's EndpointSlices: whether each endpoint address is published ready (and
-// serving, which must agree).
-func (e *Env) PublishedEndpoints(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) (map[string]bool, error) {
-	slices := &discoveryv1.EndpointSliceList{}
-	if err := e.Client.List(ctx, slices, client.InNamespace(exp.Namespace), client.MatchingLabels(resources.Labels(exp.Name, exp.Namespace))); err != nil {
-		return nil, err
-	}
-	ready := map[string]bool{}
-	for _, s := range slices.Items {
-		for _, ep := range s.Endpoints {
-			if *ep.Conditions.Ready != *ep.Conditions.Serving {
-				return nil, fmt.Errorf("%s is published ready %v but serving %v", ep.Addresses[0], *ep.Conditions.Ready, *ep.Conditions.Serving)
-			}
-			ready[ep.Addresses[0]] = *ep.Conditions.Ready
+// WaitForPublished waits until the exposure's EndpointSlices publish exactly want: each endpoint address ready (and
+// serving, which must agree) or not.
+func (e *Env) WaitForPublished(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, want map[string]bool, timeout time.Duration) error {
+	var got map[string]bool
+	err := WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		slices := &discoveryv1.EndpointSliceList{}
+		if err := e.Client.List(ctx, slices, client.InNamespace(exp.Namespace), client.MatchingLabels(resources.Labels(exp.Name, exp.Namespace))); err != nil {
+			return false, err
 		}
+		got = map[string]bool{}
+		for _, s := range slices.Items {
+			for _, ep := range s.Endpoints {
+				if *ep.Conditions.Ready != *ep.Conditions.Serving {
+					return false, fmt.Errorf("%s is published ready %v but serving %v", ep.Addresses[0], *ep.Conditions.Ready, *ep.Conditions.Serving)
+				}
+				got[ep.Addresses[0]] = *ep.Conditions.Ready
+			}
+		}
+		return maps.Equal(got, want), nil
+	})
+	if err != nil {
+		return fmt.Errorf("published %v, want %v: %w", got, want, err)
 	}
-	return ready, nil
+	return nil
 }

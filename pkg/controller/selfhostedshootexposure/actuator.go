@@ -98,10 +98,7 @@ func (a *actuator) Reconcile(ctx context.Context, log logr.Logger, exp *extensio
 		return nil, err
 	}
 	a.health.Track(exposureKey(exp), addresses)
-	states := make(map[string]health.State, len(addresses))
-	for _, addr := range addresses {
-		states[addr] = a.health.State(addr)
-	}
+	states := a.health.States(addresses)
 	notReady, allFailing := health.Publish(states)
 	in.NotReady = notReady
 	objs, err := resources.Build(in)

@@ -37,8 +37,8 @@ const (
 	reasonProbesFailing     = "EndpointProbesFailing"
 )
 
-func exposureKey(exp *extensionsv1alpha1.SelfHostedShootExposure) string {
-	return types.NamespacedName{Namespace: exp.Namespace, Name: exp.Name}.String()
+func exposureKey(exp *extensionsv1alpha1.SelfHostedShootExposure) types.NamespacedName {
+	return client.ObjectKeyFromObject(exp)
 }
 
 // reportEndpoints sets ConditionEndpointsReady from the endpoints' states and what is published, and records an event
@@ -121,14 +121,13 @@ func (t *healthTrigger) Reconcile(ctx context.Context, req reconcile.Request) (r
 	return reconcile.Result{}, client.IgnoreNotFound(requestReconcile(ctx, t.client, exp))
 }
 
-// enqueue turns the exposures (keys) the registry reports into events for the health trigger. It gives up when the
-// prober stops (at shutdown the trigger may no longer read).
-func enqueue(changes chan<- event.GenericEvent) func(ctx context.Context, exposures []string) {
-	return func(ctx context.Context, exposures []string) {
+// enqueue turns the exposures the registry reports into events for the health trigger. It gives up when the prober
+// stops (at shutdown the trigger may no longer read).
+func enqueue(changes chan<- event.GenericEvent) func(ctx context.Context, exposures []types.NamespacedName) {
+	return func(ctx context.Context, exposures []types.NamespacedName) {
 		for _, key := range exposures {
-			namespace, name, _ := strings.Cut(key, "/")
 			select {
-			case changes <- event.GenericEvent{Object: &extensionsv1alpha1.SelfHostedShootExposure{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}}:
+			case changes <- event.GenericEvent{Object: &extensionsv1alpha1.SelfHostedShootExposure{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}}:
 			case <-ctx.Done():
 				return
 			}

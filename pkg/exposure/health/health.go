@@ -17,13 +17,17 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/rest"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
@@ -74,18 +78,18 @@ type State struct {
 type Registry struct {
 	settings Settings
 	client   *http.Client
-	// changed is called with the exposures (keys) that list an address whose State changed, and a context that ends
-	// when the address's prober stops: a callback that blocks must give up then.
-	changed func(ctx context.Context, exposures []string)
+	// changed is called with the exposures that list an address whose State changed, and a context that ends when
+	// the address's prober stops: a callback that blocks must give up then.
+	changed func(ctx context.Context, exposures []types.NamespacedName)
 
 	mu sync.Mutex
 	// ctx is cancelled by Stop; every prober runs below it.
 	ctx    context.Context
 	cancel context.CancelFunc
-	// probers by address; users are the exposures (keys) that list each address, tracked the addresses of each.
+	// probers by address; users are the exposures that list each address, tracked the addresses of each.
 	probers map[string]*prober
-	users   map[string]map[string]bool
-	tracked map[string][]string
+	users   map[string]sets.Set[types.NamespacedName]
+	tracked map[types.NamespacedName][]string
 	wg      sync.WaitGroup
 	// running counts the probers' goroutines.
 	running atomic.Int32
@@ -94,7 +98,7 @@ type Registry struct {
 // NewRegistry returns a registry whose probes authenticate and verify as config does, under
 // apiserverendpoints.ServerName. When the State of an address changes, changed is called from its prober's goroutine
 // with the exposures that list the address and a context that ends when the prober stops.
-func NewRegistry(config *rest.Config, settings Settings, changed func(ctx context.Context, exposures []string)) (*Registry, error) {
+func NewRegistry(config *rest.Config, settings Settings, changed func(ctx context.Context, exposures []types.NamespacedName)) (*Registry, error) {
 	if err := settings.Validate(); err != nil {
 		return nil, err
 	}
@@ -111,14 +115,14 @@ func NewRegistry(config *rest.Config, settings Settings, changed func(ctx contex
 		changed:  changed,
 		ctx:      ctx, cancel: cancel,
 		probers: map[string]*prober{},
-		users:   map[string]map[string]bool{},
-		tracked: map[string][]string{},
+		users:   map[string]sets.Set[types.NamespacedName]{},
+		tracked: map[types.NamespacedName][]string{},
 	}, nil
 }
 
 // Track makes addresses (host:port) the endpoints of the exposure key: probers start for new addresses and stop for
 // those no exposure lists any more.
-func (r *Registry) Track(key string, addresses []string) {
+func (r *Registry) Track(key types.NamespacedName, addresses []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.ctx.Err() != nil || r.settings.Interval == 0 {
@@ -131,9 +135,9 @@ func (r *Registry) Track(key string, addresses []string) {
 	}
 	for _, addr := range addresses {
 		if r.users[addr] == nil {
-			r.users[addr] = map[string]bool{}
+			r.users[addr] = sets.New[types.NamespacedName]()
 		}
-		r.users[addr][key] = true
+		r.users[addr].Insert(key)
 		if r.probers[addr] == nil {
 			p := &prober{address: addr, registry: r, state: State{Ready: true}}
 			ctx, cancel := context.WithCancel(r.ctx)
@@ -147,7 +151,7 @@ func (r *Registry) Track(key string, addresses []string) {
 }
 
 // Untrack stops probing for the exposure key.
-func (r *Registry) Untrack(key string) {
+func (r *Registry) Untrack(key types.NamespacedName) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, addr := range r.tracked[key] {
@@ -157,8 +161,8 @@ func (r *Registry) Untrack(key string) {
 }
 
 // release drops key from the users of addr and stops its prober when nobody uses it. r.mu is held.
-func (r *Registry) release(key, addr string) {
-	delete(r.users[addr], key)
+func (r *Registry) release(key types.NamespacedName, addr string) {
+	r.users[addr].Delete(key)
 	if len(r.users[addr]) > 0 {
 		return
 	}
@@ -171,15 +175,21 @@ func (r *Registry) release(key, addr string) {
 }
 
 // Users are the exposures that list address.
-func (r *Registry) Users(address string) []string {
+func (r *Registry) Users(address string) []types.NamespacedName {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var keys []string
-	for key := range r.users[address] {
-		keys = append(keys, key)
+	return slices.SortedFunc(maps.Keys(r.users[address]), func(a, b types.NamespacedName) int {
+		return strings.Compare(a.String(), b.String())
+	})
+}
+
+// States are the states of addresses.
+func (r *Registry) States(addresses []string) map[string]State {
+	states := make(map[string]State, len(addresses))
+	for _, addr := range addresses {
+		states[addr] = r.State(addr)
 	}
-	slices.Sort(keys)
-	return keys
+	return states
 }
 
 // State is the state of address; an address nobody tracks counts as ready.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 
 	secretsutils "github.com/gardener/gardener/pkg/utils/secrets"
@@ -25,6 +26,12 @@ import (
 )
 
 const token = "the-extensions-token"
+
+// expA and expB are exposures that list endpoints.
+var (
+	expA = types.NamespacedName{Namespace: "garden", Name: "a"}
+	expB = types.NamespacedName{Namespace: "garden", Name: "b"}
+)
 
 // apiServer stands for the /readyz endpoint of a kube-apiserver (the suites under test/ probe real ones): HTTPS with a
 // certificate for serverNames signed by the cluster CA, answering per its switch, and only with the token.
@@ -95,16 +102,16 @@ var fast = Settings{Interval: 100 * time.Millisecond, Timeout: 100 * time.Millis
 // changes records the exposures the registry reports, one entry per change.
 type changes struct {
 	mu      sync.Mutex
-	reports [][]string
+	reports [][]types.NamespacedName
 }
 
-func (c *changes) record(_ context.Context, exposures []string) {
+func (c *changes) record(_ context.Context, exposures []types.NamespacedName) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.reports = append(c.reports, exposures)
 }
 
-func (c *changes) all() [][]string {
+func (c *changes) all() [][]types.NamespacedName {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.reports)
@@ -142,8 +149,8 @@ func TestEndpointOutAndBack(t *testing.T) {
 	c := &changes{}
 	r := newRegistry(t, ca, c)
 	all := []string{servers[0].address(), servers[1].address(), servers[2].address()}
-	r.Track("garden/a", all)
-	r.Track("garden/b", all[1:])
+	r.Track(expA, all)
+	r.Track(expB, all[1:])
 	if got := r.Probers(); got != 3 {
 		t.Fatalf("%d probers for 3 addresses", got)
 	}
@@ -185,7 +192,7 @@ func TestEndpointOutAndBack(t *testing.T) {
 		t.Errorf("probe durations of %d endpoints, want 3", got)
 	}
 	// Out and back, each reported to both exposures that list the endpoint; nothing for the others.
-	want := [][]string{{"garden/a", "garden/b"}, {"garden/a", "garden/b"}}
+	want := [][]types.NamespacedName{{expA, expB}, {expA, expB}}
 	if got := c.all(); !slices.EqualFunc(got, want, slices.Equal) {
 		t.Errorf("changes reported %v, want %v", got, want)
 	}
@@ -198,7 +205,7 @@ func TestProbesVerifyAndAuthenticate(t *testing.T) {
 	otherName := newAPIServer(t, ca, "api.example.com")
 	otherCA := newAPIServer(t, newCA(t), apiserverendpoints.ServerName)
 	r := newRegistry(t, ca, &changes{})
-	r.Track("garden/a", []string{otherName.address(), otherCA.address()})
+	r.Track(expA, []string{otherName.address(), otherCA.address()})
 	for _, s := range []*apiServer{otherName, otherCA} {
 		waitFor(t, s.address()+" is out", func() bool { return !r.State(s.address()).Ready })
 		if reason := r.State(s.address()).Reason; !strings.Contains(reason, "certificate") {
@@ -212,7 +219,7 @@ func TestProbesVerifyAndAuthenticate(t *testing.T) {
 	}
 	t.Cleanup(unauthenticated.Stop)
 	good := newAPIServer(t, ca, apiserverendpoints.ServerName)
-	unauthenticated.Track("garden/a", []string{good.address()})
+	unauthenticated.Track(expA, []string{good.address()})
 	waitFor(t, "a probe without the token fails", func() bool { return !unauthenticated.State(good.address()).Ready })
 	if reason := unauthenticated.State(good.address()).Reason; !strings.Contains(reason, "401") {
 		t.Errorf("reason %q, want 401", reason)
@@ -236,7 +243,7 @@ func TestHungEndpointTimesOut(t *testing.T) {
 		}
 	}()
 	r := newRegistry(t, newCA(t), &changes{})
-	r.Track("garden/a", []string{l.Addr().String()})
+	r.Track(expA, []string{l.Addr().String()})
 	waitFor(t, "the hung endpoint is out", func() bool { return !r.State(l.Addr().String()).Ready })
 }
 
@@ -246,12 +253,12 @@ func TestProbersStopWithTheirExposures(t *testing.T) {
 	ca := newCA(t)
 	s := newAPIServer(t, ca, apiserverendpoints.ServerName)
 	r := newRegistry(t, ca, &changes{})
-	r.Track("garden/a", []string{s.address()})
-	r.Track("garden/b", []string{s.address()})
-	r.Untrack("garden/a")
+	r.Track(expA, []string{s.address()})
+	r.Track(expB, []string{s.address()})
+	r.Untrack(expA)
 	before := s.requests.Load()
 	waitFor(t, "the shared prober keeps probing", func() bool { return s.requests.Load() > before+2 })
-	r.Track("garden/b", nil)
+	r.Track(expB, nil)
 	if got := r.Probers(); got != 0 {
 		t.Fatalf("%d probers after the last exposure dropped the address", got)
 	}
@@ -317,7 +324,7 @@ func TestProbingOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(r.Stop)
-	r.Track("garden/a", []string{s.address()})
+	r.Track(expA, []string{s.address()})
 	if r.Probers() != 0 || !r.State(s.address()).Ready || s.requests.Load() != 0 {
 		t.Errorf("probing although switched off: %d probers, state %+v, %d requests", r.Probers(), r.State(s.address()), s.requests.Load())
 	}
