@@ -118,7 +118,7 @@ func (t *healthTrigger) Reconcile(ctx context.Context, req reconcile.Request) (r
 	if err := t.client.Get(ctx, req.NamespacedName, exp); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	return reconcile.Result{}, client.IgnoreNotFound(requestReconcile(ctx, t.client, exp))
+	return requestReconcile(ctx, t.client, exp)
 }
 
 // enqueue turns the exposures the registry reports into events for the health trigger. It gives up when the prober

@@ -2,9 +2,11 @@ package selfhostedshootexposure
 
 import (
 	"context"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -15,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
 	v1beta1constants "github.com/gardener/gardener/pkg/apis/core/v1beta1/constants"
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 	"github.com/gardener/gardener/pkg/extensions"
@@ -62,8 +63,9 @@ func (t *serviceTrigger) Reconcile(ctx context.Context, req reconcile.Request) (
 	if err := t.client.Get(ctx, req.NamespacedName, exp); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	// A reconciliation in progress reads the VIP itself; asking for another one would only repeat it.
-	if op := exp.Status.LastOperation; op == nil || op.State == gardencorev1beta1.LastOperationStateProcessing {
+	// Not even created yet: its first reconciliation reads the VIP itself. One in progress is not skipped: the cache
+	// may still show it in progress after it has ended, and a VIP that changed after it looked would be lost.
+	if exp.Status.LastOperation == nil {
 		return reconcile.Result{}, nil
 	}
 	svc := &corev1.Service{}
@@ -73,19 +75,35 @@ func (t *serviceTrigger) Reconcile(ctx context.Context, req reconcile.Request) (
 	if len(svc.Status.LoadBalancer.Ingress) == 0 || equality.Semantic.DeepEqual(ingressOf(svc), exp.Status.Ingress) {
 		return reconcile.Result{}, nil
 	}
-	return reconcile.Result{}, requestReconcile(ctx, t.client, exp)
+	return requestReconcile(ctx, t.client, exp)
 }
 
 // requestReconcile asks Gardener's generic reconciler for a reconciliation of exp the way Gardener itself does, with
-// the operation annotation, unless exp is not of this controller, is being deleted or has an operation pending.
-func requestReconcile(ctx context.Context, c client.Client, exp *extensionsv1alpha1.SelfHostedShootExposure) error {
-	if exp.Spec.Type != Type || exp.DeletionTimestamp != nil || exp.Annotations[v1beta1constants.GardenerOperation] != "" {
-		return nil
+// the operation annotation, unless exp is not of this controller, is being deleted or has another operation pending.
+//
+// exp comes from the cache, which may still show a reconcile annotation that Gardener's wrapper has already removed
+// (OperationAnnotationWrapper removes it before the reconciler reads the Cluster). Skipping on that stale annotation
+// lost a Shoot edit that arrived while a reconciliation was starting. So the patch always goes out, with exp's
+// resourceVersion: a stale copy gets a conflict and the request is retried on a fresher one; on a current copy that
+// already asks for a reconcile, the patch changes nothing and the pending reconciliation reads what triggered this.
+func requestReconcile(ctx context.Context, c client.Client, exp *extensionsv1alpha1.SelfHostedShootExposure) (reconcile.Result, error) {
+	if op := exp.Annotations[v1beta1constants.GardenerOperation]; exp.Spec.Type != Type || exp.DeletionTimestamp != nil ||
+		(op != "" && op != v1beta1constants.GardenerOperationReconcile) {
+		return reconcile.Result{}, nil
 	}
-	patch := client.MergeFrom(exp.DeepCopy())
+	patch := client.MergeFromWithOptions(exp.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	metav1.SetMetaDataAnnotation(&exp.ObjectMeta, v1beta1constants.GardenerOperation, v1beta1constants.GardenerOperationReconcile)
-	return c.Patch(ctx, exp, patch)
+	switch err := c.Patch(ctx, exp, patch); {
+	case apierrors.IsConflict(err):
+		return reconcile.Result{RequeueAfter: staleCacheRetry}, nil
+	default:
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
 }
+
+// staleCacheRetry is how long a trigger waits before it retries on a fresher copy of the exposure: the cache usually
+// catches up within milliseconds.
+const staleCacheRetry = 100 * time.Millisecond
 
 // clusterTriggerName names the controller that watches the Cluster resources.
 const clusterTriggerName = ControllerName + "-cluster"
@@ -131,10 +149,15 @@ func (t *clusterTrigger) Reconcile(ctx context.Context, req reconcile.Request) (
 	if err := t.client.List(ctx, list, client.InNamespace(req.Name)); err != nil {
 		return reconcile.Result{}, err
 	}
+	var retry reconcile.Result
 	for i := range list.Items {
-		if err := requestReconcile(ctx, t.client, &list.Items[i]); client.IgnoreNotFound(err) != nil {
+		result, err := requestReconcile(ctx, t.client, &list.Items[i])
+		if err != nil {
 			return reconcile.Result{}, err
 		}
+		if result.RequeueAfter > 0 {
+			retry = result
+		}
 	}
-	return reconcile.Result{}, nil
+	return retry, nil
 }

@@ -166,7 +166,8 @@ func TestShootProviderConfigEditApplies(t *testing.T) {
 		}
 		return len(exp.Status.Ingress) == 1 && exp.Status.Ingress[0].IP == moved, nil
 	}); err != nil {
-		t.Fatalf("status.ingress %+v, want %s after the Shoot's edit: %v", exp.Status.Ingress, moved, err)
+		t.Fatalf("status.ingress %+v, want %s after the Shoot's edit: %v (lastOperation %+v, lastError %+v)",
+			exp.Status.Ingress, moved, err, exp.Status.LastOperation, exp.Status.LastError)
 	}
 }
 
