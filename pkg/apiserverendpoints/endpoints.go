@@ -36,6 +36,7 @@ import (
 	kubernetesutils "github.com/gardener/gardener/pkg/utils/kubernetes"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/identity"
 )
 
 const (
@@ -64,11 +65,6 @@ const (
 
 	// ServiceAccountDir is where kubelet mounts a pod's service-account token and CA.
 	ServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
-
-	// LabelManagedBy marks objects that this extension owns.
-	LabelManagedBy = "app.kubernetes.io/managed-by"
-	// ManagedByValue is this extension's name, as value of LabelManagedBy and as server-side-apply field owner.
-	ManagedByValue = "gardener-extension-cilium-selfhosted"
 )
 
 var (
@@ -223,6 +219,6 @@ func ConfigMap(c ControlPlane) (*corev1ac.ConfigMapApplyConfiguration, error) {
 		return nil, err
 	}
 	return corev1ac.ConfigMap(ConfigMapName, cilium.Namespace).
-		WithLabels(map[string]string{LabelManagedBy: ManagedByValue}).
+		WithLabels(identity.ManagedBy()).
 		WithData(data), nil
 }

@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/identity"
 )
 
 func node(name string, controlPlane bool, addrs ...corev1.NodeAddress) corev1.Node {
@@ -107,7 +109,7 @@ func TestConfigMap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if *cm.Name != ConfigMapName || *cm.Namespace != "kube-system" || cm.Labels[LabelManagedBy] != ManagedByValue {
+	if *cm.Name != ConfigMapName || *cm.Namespace != "kube-system" || cm.Labels[identity.LabelManagedBy] != identity.Name {
 		t.Errorf("unexpected metadata: %s/%s %v", *cm.Namespace, *cm.Name, cm.Labels)
 	}
 	if cm.Data[KeyAPIServerURLs] != "https://10.0.0.1:443" || cm.Data[KeyKubeconfig] == "" {

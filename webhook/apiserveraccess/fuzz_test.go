@@ -11,11 +11,11 @@ import (
 	"unicode/utf8"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/diff"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -27,9 +27,8 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
 )
 
-var fuzzKinds = []string{"Pod", "DaemonSet", "Deployment", "ConfigMap"}
-
-// documentedEnv and documentedKeys are all the mutation may change besides `--k8s-api-server*` flags.
+// documentedEnv and documentedKeys are all the mutation may change besides `--k8s-api-server*` flags, the endpoints
+// volume and its mounts, and the host aliases of apiserverendpoints.ServerName.
 var (
 	documentedEnv  = []string{cilium.EnvServiceHost, cilium.EnvServicePort, cilium.EnvAPIServerURLs, cilium.EnvAPIServer, cilium.EnvKubeconfigPath}
 	documentedKeys = []string{
@@ -39,7 +38,7 @@ var (
 	}
 )
 
-// addSeeds adds Cilium's real rendered objects (testdata/seeds) with the index of their kind.
+// addSeeds adds Cilium's real rendered objects (testdata/seeds) with the index of their kind, as CREATE and as UPDATE.
 func addSeeds(f *testing.F) {
 	seeds, err := filepath.Glob("testdata/seeds/*.json")
 	if err != nil || len(seeds) == 0 {
@@ -50,14 +49,20 @@ func addSeeds(f *testing.F) {
 		if err != nil {
 			f.Fatal(err)
 		}
-		kind := slices.IndexFunc(fuzzKinds, func(k string) bool { return strings.HasPrefix(filepath.Base(seed), strings.ToLower(k)+"-") })
-		f.Add(uint8(kind), data)
+		k := slices.IndexFunc(kinds, func(k kind) bool { return strings.HasPrefix(filepath.Base(seed), strings.ToLower(k.name)+"-") })
+		if k < 0 {
+			f.Fatalf("seed %s is of no kind the webhook admits", seed)
+		}
+		f.Add(uint8(k), false, data)
+		f.Add(uint8(k), true, data)
 	}
 }
 
-// FuzzAdmission feeds the handler arbitrary objects of every kind it serves, seeded with Cilium's real rendered
-// objects (testdata/seeds), and checks that it never panics, that its patch applies, that a second admission of the
-// result yields no patch, and that nothing outside the documented env, args and keys changes.
+// FuzzAdmission feeds the handler arbitrary whole objects of every kind it admits, on CREATE and on UPDATE, seeded with
+// Cilium's real rendered objects (testdata/seeds). It applies each patch to the whole object, as kube-apiserver does,
+// and checks that the handler never fails or panics, that the patched object decodes, that a second admission yields
+// no patch, and that nothing outside the documented env, args, keys, volume, mounts and host aliases changed: probes,
+// security contexts, resources and everything else the projection does not decode come through as they were.
 func FuzzAdmission(f *testing.F) {
 	addSeeds(f)
 
@@ -65,37 +70,43 @@ func FuzzAdmission(f *testing.F) {
 	for _, n := range fixtures.Nodes() {
 		objs = append(objs, n)
 	}
-	h := &handler{mutator: NewMutator(fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(objs...).Build())}
+	h := &handler{name: "fuzz", mutator: NewMutator(fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(objs...).Build())}
 
-	f.Fuzz(func(t *testing.T, kindIndex uint8, data []byte) {
-		kind := fuzzKinds[int(kindIndex)%len(fuzzKinds)]
-		obj, err := decode(kind, data)
-		if err != nil {
+	f.Fuzz(func(t *testing.T, kindIndex uint8, update bool, data []byte) {
+		k := &kinds[int(kindIndex)%len(kinds)]
+		original := k.object.DeepCopyObject().(client.Object)
+		if err := json.Unmarshal(data, original); err != nil {
 			return
 		}
 		// Make it an object the webhooks select, so that the mutation runs.
-		obj.SetNamespace(cilium.Namespace)
-		obj.SetDeletionTimestamp(nil)
-		if kind == "ConfigMap" {
-			obj.SetName(cilium.ConfigMapName)
-		} else if !IsCiliumWorkload(obj.GetLabels()) {
-			obj.SetLabels(map[string]string{cilium.LabelKeyApp: cilium.LabelValueAgent})
+		original.SetNamespace(cilium.Namespace)
+		original.SetDeletionTimestamp(nil)
+		if k.data != nil {
+			original.SetName(cilium.ConfigMapName)
+		} else if !isCiliumWorkload(original.GetLabels()) {
+			original.SetLabels(map[string]string{cilium.LabelKeyApp: cilium.LabelValueAgent})
 		}
-		raw, err := json.Marshal(obj)
+		raw, err := json.Marshal(original)
 		if err != nil {
 			return
 		}
+		var old []byte
+		if update {
+			old = raw
+		}
 
-		mutatedRaw := admit(t, h, kind, raw)
-		if again := admitOps(t, h, kind, mutatedRaw); again != 0 {
+		mutatedRaw := admit(t, h, k.name, raw, old)
+		if again := admitOps(t, h, k.name, mutatedRaw, old); again != 0 {
 			t.Fatalf("the second admission patched again (%d operations)", again)
 		}
-		original, _ := decode(kind, raw)
-		mutated, err := decode(kind, mutatedRaw)
-		if err != nil {
+		mutated := k.object.DeepCopyObject().(client.Object)
+		if err := json.Unmarshal(mutatedRaw, mutated); err != nil {
 			t.Fatalf("the patched object does not decode: %v", err)
 		}
-		checkOnlyDocumentedChanges(t, original, mutated)
+		if _, isPod := original.(*corev1.Pod); isPod && update && !equality.Semantic.DeepEqual(original, mutated) {
+			t.Fatal("an UPDATE of a pod, whose environment is immutable, was changed")
+		}
+		checkOnlyDocumentedChanges(t, k, original, mutated)
 	})
 }
 
@@ -104,16 +115,16 @@ func FuzzAdmission(f *testing.F) {
 // invalid bytes differently.
 func FuzzDecoders(f *testing.F) {
 	addSeeds(f)
-	f.Fuzz(func(t *testing.T, kindIndex uint8, data []byte) {
-		kind := fuzzKinds[int(kindIndex)%len(fuzzKinds)]
+	f.Fuzz(func(t *testing.T, kindIndex uint8, _ bool, data []byte) {
+		k := &kinds[int(kindIndex)%len(kinds)]
 		if !utf8.Valid(data) {
 			return
 		}
-		want, err := decodeWith(json.Unmarshal, kind, data)
+		want, err := k.decodeWith(json.Unmarshal, data)
 		if err != nil {
 			return
 		}
-		got, err := decode(kind, data)
+		got, err := k.decode(data)
 		if err != nil {
 			t.Fatalf("encoding/json decodes it, the handler's decoder fails: %v", err)
 		}
@@ -123,78 +134,72 @@ func FuzzDecoders(f *testing.F) {
 	})
 }
 
-func request(kind string, raw []byte) admission.Request {
+func request(kind string, raw, old []byte) admission.Request {
+	op := admissionv1.Create
+	if old != nil {
+		op = admissionv1.Update
+	}
 	return admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
-		UID: "fuzz", Kind: metav1.GroupVersionKind{Kind: kind}, Operation: admissionv1.Create,
-		Namespace: cilium.Namespace, Object: runtime.RawExtension{Raw: raw},
+		UID: "fuzz", Kind: metav1.GroupVersionKind{Kind: kind}, Operation: op,
+		Namespace: cilium.Namespace, Object: runtime.RawExtension{Raw: raw}, OldObject: runtime.RawExtension{Raw: old},
 	}}
 }
 
-func admitOps(t *testing.T, h *handler, kind string, raw []byte) int {
+// handle admits raw and fails on anything but an allowed answer without an internal error.
+func handle(t *testing.T, h *handler, kind string, raw, old []byte) admission.Response {
 	t.Helper()
-	resp := h.Handle(context.Background(), request(kind, raw))
+	resp := h.Handle(context.Background(), request(kind, raw, old))
 	if !resp.Allowed {
 		t.Fatalf("denied: %v", resp.Result)
 	}
-	return len(resp.Patches)
+	if resp.Result != nil && strings.Contains(resp.Result.Message, "internal error") {
+		t.Fatalf("internal error: %s", resp.Result.Message)
+	}
+	return resp
 }
 
-func admit(t *testing.T, h *handler, kind string, raw []byte) []byte {
+func admitOps(t *testing.T, h *handler, kind string, raw, old []byte) int {
 	t.Helper()
-	resp := h.Handle(context.Background(), request(kind, raw))
-	if !resp.Allowed {
-		t.Fatalf("denied: %v", resp.Result)
-	}
-	return applyOps(t, raw, resp.Patches)
+	return len(handle(t, h, kind, raw, old).Patches)
 }
 
-func checkOnlyDocumentedChanges(t *testing.T, original, mutated client.Object) {
+func admit(t *testing.T, h *handler, kind string, raw, old []byte) []byte {
 	t.Helper()
-	if o, ok := original.(*corev1.ConfigMap); ok {
-		m := mutated.(*corev1.ConfigMap)
-		for k, v := range o.Data {
-			if !slices.Contains(documentedKeys, k) && m.Data[k] != v {
-				t.Fatalf("key %s changed", k)
-			}
-		}
-		for k := range m.Data {
-			if _, ok := o.Data[k]; !ok && !slices.Contains(documentedKeys, k) {
-				t.Fatalf("key %s appeared", k)
-			}
-		}
-		return
-	}
-	originalSpec, mutatedSpec := podSpecOf(original), podSpecOf(mutated)
-	oc, mc := slices.Concat(originalSpec.InitContainers, originalSpec.Containers), slices.Concat(mutatedSpec.InitContainers, mutatedSpec.Containers)
-	if len(oc) != len(mc) {
-		t.Fatal("containers were added or removed")
-	}
-	for i := range oc {
-		if !equality.Semantic.DeepEqual(withoutDocumentedEnv(oc[i].Env), withoutDocumentedEnv(mc[i].Env)) {
-			t.Fatalf("container %s: undocumented env changed", oc[i].Name)
-		}
-		if !slices.Equal(removeAPIServerFlags(slices.Clone(oc[i].Args)), mc[i].Args) && !slices.Equal(oc[i].Args, mc[i].Args) {
-			t.Fatalf("container %s: args %v became %v", oc[i].Name, oc[i].Args, mc[i].Args)
-		}
-		if !slices.Equal(removeAPIServerFlags(slices.Clone(oc[i].Command)), mc[i].Command) && !slices.Equal(oc[i].Command, mc[i].Command) {
-			t.Fatalf("container %s: command %v became %v", oc[i].Name, oc[i].Command, mc[i].Command)
-		}
-		rest, restMutated := oc[i].DeepCopy(), mc[i].DeepCopy()
-		rest.Env, rest.Args, rest.Command, restMutated.Env, restMutated.Args, restMutated.Command = nil, nil, nil, nil, nil, nil
-		rest.VolumeMounts = withoutEndpointsMount(rest.VolumeMounts)
-		restMutated.VolumeMounts = withoutEndpointsMount(restMutated.VolumeMounts)
-		if !equality.Semantic.DeepEqual(rest, restMutated) {
-			t.Fatalf("container %s: fields other than env, args, command and the endpoints mount changed", oc[i].Name)
-		}
+	return applyOps(t, raw, handle(t, h, kind, raw, old).Patches)
+}
+
+// checkOnlyDocumentedChanges compares the whole objects once the documented changes are taken out of both.
+func checkOnlyDocumentedChanges(t *testing.T, k *kind, original, mutated client.Object) {
+	t.Helper()
+	rest, mutatedRest := withoutDocumented(k, original), withoutDocumented(k, mutated)
+	if !equality.Semantic.DeepEqual(rest, mutatedRest) {
+		t.Fatalf("undocumented changes: %s", diff.Diff(rest, mutatedRest))
 	}
 }
 
-func withoutEndpointsMount(mounts []corev1.VolumeMount) []corev1.VolumeMount {
-	return without(mounts, func(m corev1.VolumeMount) bool { return m.Name == apiserverendpoints.VolumeName })
-}
-
-func withoutDocumentedEnv(env []corev1.EnvVar) []corev1.EnvVar {
-	return without(env, func(e corev1.EnvVar) bool { return slices.Contains(documentedEnv, e.Name) })
+// withoutDocumented is a copy of obj without what the webhook documents it may change.
+func withoutDocumented(k *kind, obj client.Object) client.Object {
+	rest := obj.DeepCopyObject().(client.Object)
+	if k.data != nil {
+		data := k.data(rest)
+		for _, key := range documentedKeys {
+			delete(*data, key)
+		}
+		return rest
+	}
+	spec := k.podSpec(rest)
+	spec.HostAliases = without(spec.HostAliases, func(a corev1.HostAlias) bool { return slices.Contains(a.Hostnames, apiserverendpoints.ServerName) })
+	spec.Volumes = without(spec.Volumes, func(v corev1.Volume) bool { return v.Name == apiserverendpoints.VolumeName })
+	for _, containers := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for i := range containers {
+			c := &containers[i]
+			c.Env = without(c.Env, func(e corev1.EnvVar) bool { return slices.Contains(documentedEnv, e.Name) })
+			c.VolumeMounts = without(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == apiserverendpoints.VolumeName })
+			c.Args = removeAPIServerFlags(slices.Clone(c.Args))
+			c.Command = removeAPIServerFlags(slices.Clone(c.Command))
+		}
+	}
+	return rest
 }
 
 // without is a copy of items without those that drop picks, nil when none is left.
@@ -204,16 +209,4 @@ func without[T any](items []T, drop func(T) bool) []T {
 		return nil
 	}
 	return out
-}
-
-func podSpecOf(obj client.Object) *corev1.PodSpec {
-	switch o := obj.(type) {
-	case *corev1.Pod:
-		return &o.Spec
-	case *appsv1.DaemonSet:
-		return &o.Spec.Template.Spec
-	case *appsv1.Deployment:
-		return &o.Spec.Template.Spec
-	}
-	panic("no pod spec")
 }

@@ -46,6 +46,16 @@ func applyOps(t *testing.T, raw []byte, ops []gomodulesjsonpatch.JsonPatchOperat
 	return out
 }
 
+// patchOf is the handler's patch from original to mutated, which must be one it allows.
+func patchOf(t *testing.T, original, mutated client.Object) []gomodulesjsonpatch.JsonPatchOperation {
+	t.Helper()
+	ops, err := kindOf(original).patchOf(original, mutated)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ops
+}
+
 // TestPatchEqualsTheGenericDiff: the targeted patch gives the same object as the diff of both objects that Gardener's
 // generic handler computes, for every kind of change the mutation makes.
 func TestPatchEqualsTheGenericDiff(t *testing.T) {
@@ -85,11 +95,11 @@ func TestPatchEqualsTheGenericDiff(t *testing.T) {
 			t.Fatal(err)
 		}
 		want = apply(t, tc.original, generic)
-		got := apply(t, tc.original, patch(tc.original, tc.mutated))
+		got := apply(t, tc.original, patchOf(t, tc.original, tc.mutated))
 		if !jsonpatch.Equal(got, want) {
 			t.Errorf("%s:\n got %s\nwant %s", name, got, want)
 		}
-		if name == "no change" && len(patch(tc.original, tc.mutated)) != 0 {
+		if name == "no change" && len(patchOf(t, tc.original, tc.mutated)) != 0 {
 			t.Errorf("no change gave a patch")
 		}
 	}
@@ -118,8 +128,8 @@ func TestInternalErrorAllows(t *testing.T) {
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "cilium-agent", Image: "quay.io/cilium/cilium:v1.19.7"}}}}
 	raw, _ := json.Marshal(pod)
 	for name, req := range map[string]admission.Request{
-		"failed read":        request("Pod", raw),
-		"undecodable object": request("Pod", []byte("{")),
+		"failed read":        request("Pod", raw, nil),
+		"undecodable object": request("Pod", []byte("{"), nil),
 	} {
 		before := testutil.ToFloat64(admissionErrors.WithLabelValues("cilium-agent"))
 		resp := h.Handle(context.Background(), req)
@@ -132,7 +142,7 @@ func TestInternalErrorAllows(t *testing.T) {
 	}
 
 	panicking := &handler{name: "cilium-agent", mutator: panicMutator{}}
-	if resp := panicking.Handle(context.Background(), request("Pod", raw)); !resp.Allowed || len(resp.Patches) != 0 {
+	if resp := panicking.Handle(context.Background(), request("Pod", raw, nil)); !resp.Allowed || len(resp.Patches) != 0 {
 		t.Errorf("a panic answered %+v, want allowed without a patch", resp.Result)
 	}
 }
@@ -149,8 +159,54 @@ func TestPatchReplacesOnlyChangedItems(t *testing.T) {
 	}
 	original := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "cilium-agent", Env: env("api")}}}}
 	mutated := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "cilium-agent", Env: env("localhost")}}}}
-	ops := patch(original, mutated)
+	ops := patchOf(t, original, mutated)
 	if len(ops) != 1 || ops[0].Operation != "replace" || ops[0].Path != "/spec/containers/0/env/1" {
 		t.Errorf("patch %v, want one replace of /spec/containers/0/env/1", ops)
 	}
+}
+
+// TestPatchRefusesUndocumentedChanges: a mutation that changes anything its kind does not let it change gets no patch
+// but an error, which the handler answers allowed without changes and counts: the patch would not carry the change.
+func TestPatchRefusesUndocumentedChanges(t *testing.T) {
+	pod := func() *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "cilium-x", Namespace: "kube-system", Labels: map[string]string{"k8s-app": "cilium"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "cilium-agent", Image: "quay.io/cilium/cilium:v1.19.7"}}}}
+	}
+	for name, change := range map[string]func(*corev1.Pod){
+		"image":           func(p *corev1.Pod) { p.Spec.Containers[0].Image = "evil" },
+		"container added": func(p *corev1.Pod) { p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "extra"}) },
+		"labels":          func(p *corev1.Pod) { p.Labels["x"] = "y" },
+		"node name":       func(p *corev1.Pod) { p.Spec.NodeName = "cp-0" },
+		"probe":           func(p *corev1.Pod) { p.Spec.Containers[0].ReadinessProbe = &corev1.Probe{PeriodSeconds: 1} },
+	} {
+		mutated := pod()
+		change(mutated)
+		if ops, err := kindOf(mutated).patchOf(pod(), mutated); err == nil {
+			t.Errorf("%s: a change outside the kind's fields gave the patch %v, want an error", name, ops)
+		}
+
+		h := &handler{name: "cilium-agent", mutator: changeMutator(change)}
+		raw, _ := json.Marshal(pod())
+		before := testutil.ToFloat64(admissionErrors.WithLabelValues("cilium-agent"))
+		if resp := h.Handle(context.Background(), request("Pod", raw, nil)); !resp.Allowed || len(resp.Patches) != 0 {
+			t.Errorf("%s: answered %+v with %d operations, want allowed without a patch", name, resp.Result, len(resp.Patches))
+		}
+		if after := testutil.ToFloat64(admissionErrors.WithLabelValues("cilium-agent")); after != before+1 {
+			t.Errorf("%s: error count went from %v to %v", name, before, after)
+		}
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cilium-config"}, Data: map[string]string{"a": "1"}}
+	renamed := cm.DeepCopy()
+	renamed.Annotations = map[string]string{"x": "y"}
+	if _, err := kindOf(cm).patchOf(cm, renamed); err == nil {
+		t.Error("an annotation added to cilium-config gave a patch, want an error")
+	}
+}
+
+// changeMutator changes a pod as the function says.
+type changeMutator func(*corev1.Pod)
+
+func (m changeMutator) Mutate(_ context.Context, obj, _ client.Object) error {
+	m(obj.(*corev1.Pod))
+	return nil
 }

@@ -10,16 +10,11 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	extensionswebhook "github.com/gardener/gardener/extensions/pkg/webhook"
-	v1beta1helper "github.com/gardener/gardener/pkg/api/core/v1beta1/helper"
-	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/ciliumconfig"
-	exposureconfig "github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/config"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/selfhosted"
 )
 
@@ -34,70 +29,23 @@ type mutator struct {
 	shoots *selfhosted.ShootReader
 }
 
-// Mutate changes nothing unless the object is one of Cilium's in kube-system and the cluster is a self-hosted shoot.
+// Mutate changes nothing unless the object is one of Cilium's in kube-system that its kind selects, and the cluster is
+// a self-hosted shoot. The namespace, deletion and kind checks hold even if the MutatingWebhookConfiguration's
+// selectors are edited.
 func (m *mutator) Mutate(ctx context.Context, newObj, oldObj client.Object) error {
-	if !m.handles(newObj, oldObj) {
+	k := kindOf(newObj)
+	if k == nil || newObj.GetNamespace() != cilium.Namespace || newObj.GetDeletionTimestamp() != nil || !k.selects(newObj, oldObj) {
 		return nil
 	}
 	shoot, err := m.shoots.Shoot(ctx)
 	if err != nil || shoot == nil {
 		return err
 	}
-
-	switch obj := newObj.(type) {
-	case *corev1.ConfigMap:
-		CleanConfig(obj.Data)
-		m.completeCiliumConfig(ctx, obj, shoot)
-		return nil
-	case *appsv1.DaemonSet:
-		return m.pinTemplate(ctx, &obj.Spec.Template.Spec)
-	case *appsv1.Deployment:
-		return m.pinTemplate(ctx, &obj.Spec.Template.Spec)
-	case *corev1.Pod:
-		return m.pinPod(ctx, obj)
-	}
-	return nil
+	return k.mutate(ctx, m, k, newObj, shoot)
 }
 
-// completeCiliumConfig completes `cilium-config` for a cilium exposure of the shoot: the exposure's L2 lease
-// timings, except those the Shoot's NetworkConfig sets, and the client rate limit the announcer needs
-// (ciliumconfig.Complete). It switches no feature on. A configuration that does not load is left to the exposure to report: refusing Cilium's
-// configuration for it would keep the cluster's network from coming up.
-func (m *mutator) completeCiliumConfig(ctx context.Context, ciliumConfig *corev1.ConfigMap, shoot *gardencorev1beta1.Shoot) {
-	if !v1beta1helper.HasExtensionExposure(shoot) || v1beta1helper.SelfHostedShootExposureExtensionType(shoot) != exposureconfig.Type {
-		return
-	}
-	cfg, err := exposureconfig.Load(nil, shoot)
-	if err != nil {
-		logf.FromContext(ctx).Info("Not switching on Cilium's exposure features: the exposure configuration does not load", "error", err.Error())
-		return
-	}
-	if ciliumConfig.Data == nil {
-		ciliumConfig.Data = map[string]string{}
-	}
-	ciliumconfig.Complete(ciliumConfig.Data, exposureconfig.L2LeaseTimings(shoot, cfg))
-}
-
-// handles filters on what the object itself says, before anything is read: the webhook's selectors are the first
-// filter, this is the one that holds even if the MutatingWebhookConfiguration is edited.
-func (m *mutator) handles(newObj, oldObj client.Object) bool {
-	if newObj.GetNamespace() != cilium.Namespace || newObj.GetDeletionTimestamp() != nil {
-		return false
-	}
-	switch newObj.(type) {
-	case *corev1.ConfigMap:
-		return newObj.GetName() == cilium.ConfigMapName
-	case *corev1.Pod:
-		// Only at creation: a pod's environment is immutable afterwards.
-		return oldObj == nil && IsCiliumWorkload(newObj.GetLabels())
-	case *appsv1.DaemonSet, *appsv1.Deployment:
-		return IsCiliumWorkload(newObj.GetLabels())
-	}
-	return false
-}
-
-// IsCiliumWorkload tells whether labels are those of Cilium's agent, Envoy or operator (workload or pod).
-func IsCiliumWorkload(labels map[string]string) bool {
+// isCiliumWorkload tells whether labels are those of Cilium's agent, Envoy or operator (workload or pod).
+func isCiliumWorkload(labels map[string]string) bool {
 	return slices.Contains([]string{cilium.LabelValueAgent, cilium.LabelValueEnvoy}, labels[cilium.LabelKeyApp]) ||
 		labels[cilium.LabelKeyOperator] == cilium.LabelValueOperator
 }
@@ -109,7 +57,7 @@ func (m *mutator) pinTemplate(ctx context.Context, spec *corev1.PodSpec) error {
 	if err != nil {
 		return err
 	}
-	PinPodSpec(spec, Target{Version: version})
+	pinPodSpec(spec, target{Version: version})
 	return nil
 }
 
@@ -123,13 +71,13 @@ func (m *mutator) pinPod(ctx context.Context, pod *corev1.Pod) error {
 	if err := m.reader.List(ctx, nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("listing nodes: %w", err)
 	}
-	nodeName := NodeNameOf(pod)
+	nodeName := nodeNameOf(pod)
 	spreadKey := nodeName
 	if spreadKey == "" {
 		// The operator's pod has no node yet: a random start spreads its replicas.
 		spreadKey = strconv.Itoa(rand.Int())
 	}
-	PinPodSpec(&pod.Spec, Target{
+	pinPodSpec(&pod.Spec, target{
 		Pod:          true,
 		ControlPlane: isControlPlane(nodes.Items, nodeName),
 		Endpoints:    apiserverendpoints.FromNodes(nodes.Items),

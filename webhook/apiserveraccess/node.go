@@ -5,11 +5,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// NodeNameOf tells on which node a pod will run, as far as it is known at admission: `spec.nodeName` when set, else the
+// nodeNameOf tells on which node a pod will run, as far as it is known at admission: `spec.nodeName` when set, else the
 // node that the DaemonSet controller pins its pods to with a required node affinity on the field metadata.name
 // (pkg/controller/daemon/util.ReplaceDaemonSetPodNodeNameNodeAffinity in Kubernetes). A pod that the scheduler still
 // has to place (the operator's) has no node yet.
-func NodeNameOf(pod *corev1.Pod) string {
+func nodeNameOf(pod *corev1.Pod) string {
 	if pod.Spec.NodeName != "" {
 		return pod.Spec.NodeName
 	}

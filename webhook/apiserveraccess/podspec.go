@@ -12,8 +12,8 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 )
 
-// Target says what a pod spec is, where it runs and what its Cilium version understands.
-type Target struct {
+// target says what a pod spec is, where it runs and what its Cilium version understands.
+type target struct {
 	// Pod is true for a pod being created, false for the pod template of a DaemonSet or Deployment.
 	Pod bool
 	// ControlPlane is true for a pod on a control-plane node: it talks to the kube-apiserver of its own node.
@@ -26,7 +26,7 @@ type Target struct {
 	Version cilium.Version
 }
 
-// PinPodSpec makes every container of spec that talks to kube-apiserver reach it without Cilium's help, verifying
+// pinPodSpec makes every container of spec that talks to kube-apiserver reach it without Cilium's help, verifying
 // kube-apiserver's certificate as Gardener issues it (see package apiserverendpoints):
 //
 //   - a pod on a control-plane node: KUBERNETES_SERVICE_HOST=localhost, KUBERNETES_SERVICE_PORT=443 and, for
@@ -47,7 +47,7 @@ type Target struct {
 // pod drops the template's kubeconfig path, which would beat its one URL. Existing values, whoever set them (Helm's
 // k8sServiceHost, Gardener's kubernetes-service-host webhook), are replaced in place; other env and args stay as they
 // are. Applying it twice changes nothing the second time.
-func PinPodSpec(spec *corev1.PodSpec, t Target) {
+func pinPodSpec(spec *corev1.PodSpec, t target) {
 	switch {
 	case t.Pod && t.ControlPlane:
 		pinContainers(spec, func(c *corev1.Container) {
@@ -155,16 +155,14 @@ func endpointsVolume() corev1.Volume {
 	}}}
 }
 
-// setEnv sets name to the value or source of v, in place if it exists (keeping the order, which matters for
-// $(VAR) references), appended otherwise. Duplicates of name are dropped.
+// setEnv sets the variable v.Name with Gardener's EnsureEnvVarWithName, which replaces the first of that name in place
+// (keeping the order, which matters for $(VAR) references), and drops later duplicates, of which kubelet would let the
+// last win.
 func setEnv(env []corev1.EnvVar, name string, v corev1.EnvVar) []corev1.EnvVar {
 	v.Name = name
-	i := slices.IndexFunc(env, func(e corev1.EnvVar) bool { return e.Name == name })
-	if i < 0 {
-		return append(env, v)
-	}
-	env[i] = v
-	return slices.Concat(env[:i+1], extensionswebhook.EnsureNoEnvVarWithName(env[i+1:], name))
+	env = extensionswebhook.EnsureEnvVarWithName(env, v)
+	first := slices.IndexFunc(env, func(e corev1.EnvVar) bool { return e.Name == name })
+	return slices.Concat(env[:first+1], extensionswebhook.EnsureNoEnvVarWithName(env[first+1:], name))
 }
 
 // removeAPIServerFlags drops `--k8s-api-server[-urls]=V`, `--k8s-kubeconfig-path=V` and their `--flag V` forms from a
@@ -189,16 +187,4 @@ func removeAPIServerFlags(args []string) []string {
 func isAPIServerFlag(arg string) bool {
 	name, _, _ := strings.Cut(arg, "=")
 	return strings.HasPrefix(name, "--") && slices.Contains(cilium.APIServerFlags, name[2:])
-}
-
-// CleanConfig removes the API server options from the `cilium-config` data, which every agent and the operator read
-// as their config directory. `k8s-api-server` is an option of its own that the pinned environment does not override
-// and that replaces the URL list (1.17-1.19, rest_config_provider.go parseConfig; cell.go createConfig in 1.17);
-// `k8s-kubeconfig-path` (Gardener's chart renders it from global.kubeConfigPath) beats any URL; and
-// `k8s-api-server-urls` is overridden by CILIUM_K8S_API_SERVER_URLS, but would still name the VIP or the external domain
-// to a container that is not pinned. An empty environment variable cannot unset them: viper ignores empty ones.
-func CleanConfig(data map[string]string) {
-	for _, key := range cilium.APIServerFlags {
-		delete(data, key)
-	}
 }

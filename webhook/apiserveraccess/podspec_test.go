@@ -53,7 +53,7 @@ func TestPinPodSpecControlPlane(t *testing.T) {
 	}
 	unrelated := spec.InitContainers[1].DeepCopy()
 
-	PinPodSpec(spec, Target{Pod: true, ControlPlane: true, Version: version(t, "1.19.7")})
+	pinPodSpec(spec, target{Pod: true, ControlPlane: true, Version: version(t, "1.19.7")})
 
 	for _, c := range []corev1.Container{spec.InitContainers[0], spec.Containers[0]} {
 		for name, want := range map[string]string{
@@ -96,7 +96,7 @@ func TestPinPodSpecControlPlane(t *testing.T) {
 	}
 
 	again := spec.DeepCopy()
-	PinPodSpec(again, Target{Pod: true, ControlPlane: true, Version: version(t, "1.19.7")})
+	pinPodSpec(again, target{Pod: true, ControlPlane: true, Version: version(t, "1.19.7")})
 	if !equality.Semantic.DeepEqual(spec, again) {
 		t.Errorf("second pass changed the spec")
 	}
@@ -123,8 +123,8 @@ func TestPinPodSpecOffControlPlane(t *testing.T) {
 				env("CILIUM_K8S_KUBECONFIG_PATH", "/var/lib/cilium-selfhosted-apiserver/kubeconfig")},
 		}},
 	}
-	target := Target{Pod: true, Endpoints: controlPlane(t, "10.0.0.3", "10.0.0.1", "10.0.0.2"), SpreadKey: "worker-1", Version: version(t, "1.20.2")}
-	PinPodSpec(spec, target)
+	tgt := target{Pod: true, Endpoints: controlPlane(t, "10.0.0.3", "10.0.0.1", "10.0.0.2"), SpreadKey: "worker-1", Version: version(t, "1.20.2")}
+	pinPodSpec(spec, tgt)
 
 	c := spec.Containers[0]
 	for name, want := range map[string]string{
@@ -154,7 +154,7 @@ func TestPinPodSpecOffControlPlane(t *testing.T) {
 	}
 
 	again := spec.DeepCopy()
-	PinPodSpec(again, target)
+	pinPodSpec(again, tgt)
 	if !equality.Semantic.DeepEqual(spec, again) {
 		t.Errorf("second pass changed the spec: %+v", again.HostAliases)
 	}
@@ -189,7 +189,7 @@ func TestPinPodSpecTemplate(t *testing.T) {
 	}
 	for _, v := range []string{"1.17.8", "1.20.2"} {
 		spec := newSpec()
-		PinPodSpec(spec, Target{Version: version(t, v)})
+		pinPodSpec(spec, target{Version: version(t, v)})
 
 		if len(spec.Volumes) != 2 || spec.Volumes[1].ConfigMap == nil || spec.Volumes[1].ConfigMap.Name != "cilium-selfhosted-apiserver-endpoints" ||
 			spec.Volumes[1].ConfigMap.Optional == nil || !*spec.Volumes[1].ConfigMap.Optional {
@@ -226,7 +226,7 @@ func TestPinPodSpecTemplate(t *testing.T) {
 			t.Errorf("%s: config args %v", v, spec.InitContainers[0].Args)
 		}
 		again := spec.DeepCopy()
-		PinPodSpec(again, Target{Version: version(t, v)})
+		pinPodSpec(again, target{Version: version(t, v)})
 		if !equality.Semantic.DeepEqual(spec, again) {
 			t.Errorf("%s: second pass changed the spec", v)
 		}
@@ -236,8 +236,8 @@ func TestPinPodSpecTemplate(t *testing.T) {
 func TestPinPodSpecOffControlPlaneWithoutEndpoints(t *testing.T) {
 	spec := &corev1.PodSpec{Containers: []corev1.Container{{Name: "cilium-operator"}}}
 	template := spec.DeepCopy()
-	PinPodSpec(spec, Target{Pod: true, Version: version(t, "1.19.7")})
-	PinPodSpec(template, Target{Version: version(t, "1.19.7")})
+	pinPodSpec(spec, target{Pod: true, Version: version(t, "1.19.7")})
+	pinPodSpec(template, target{Version: version(t, "1.19.7")})
 	if !equality.Semantic.DeepEqual(spec, template) || len(spec.HostAliases) != 0 {
 		t.Errorf("a pod off the control plane with no control-plane node known must get what its template gets: %+v", spec)
 	}
@@ -249,14 +249,14 @@ func TestPinPodSpecCilium117(t *testing.T) {
 		Env:  []corev1.EnvVar{env("KUBERNETES_SERVICE_HOST", "api.example.com"), env("CILIUM_K8S_API_SERVER_URLS", "https://vip:443")},
 	}}}
 	worker := spec.DeepCopy()
-	PinPodSpec(spec, Target{Pod: true, ControlPlane: true, Version: version(t, "1.17.8")})
+	pinPodSpec(spec, target{Pod: true, ControlPlane: true, Version: version(t, "1.17.8")})
 	if _, ok := envNamed(spec.Containers[0], "CILIUM_K8S_API_SERVER_URLS"); ok {
 		t.Error("1.17 has no URL list, but CILIUM_K8S_API_SERVER_URLS is set")
 	}
 	if e, _ := envNamed(spec.Containers[0], "KUBERNETES_SERVICE_HOST"); e.Value != "localhost" {
 		t.Errorf("KUBERNETES_SERVICE_HOST = %+v", e)
 	}
-	PinPodSpec(worker, Target{Pod: true, Endpoints: controlPlane(t, "10.0.0.1"), Version: version(t, "1.17.8")})
+	pinPodSpec(worker, target{Pod: true, Endpoints: controlPlane(t, "10.0.0.1"), Version: version(t, "1.17.8")})
 	if e, _ := envNamed(worker.Containers[0], "KUBERNETES_SERVICE_HOST"); e.Value != "kube-apiserver.kube-system.svc.cluster.local" || len(worker.HostAliases) != 1 {
 		t.Errorf("1.17 off the control plane: KUBERNETES_SERVICE_HOST = %+v, hostAliases %+v", e, worker.HostAliases)
 	}
@@ -267,7 +267,7 @@ func TestPinPodSpecLeavesOtherContainers(t *testing.T) {
 		{Name: "cilium-monitor", Args: []string{"--k8s-api-server=x"}},
 		{Name: "custom-sidecar", Env: []corev1.EnvVar{env("KUBERNETES_SERVICE_HOST", "api.example.com")}},
 	}}
-	PinPodSpec(spec, Target{Pod: true, ControlPlane: true})
+	pinPodSpec(spec, target{Pod: true, ControlPlane: true})
 	if !slices.Equal(spec.Containers[0].Args, []string{"--k8s-api-server=x"}) || spec.Containers[0].Env != nil {
 		t.Errorf("cilium-monitor changed: %+v", spec.Containers[0])
 	}
@@ -297,7 +297,7 @@ func TestRemoveAPIServerFlags(t *testing.T) {
 func TestCleanConfig(t *testing.T) {
 	data := map[string]string{"k8s-api-server": "https://vip", "k8s-api-server-urls": "https://vip:443", "k8s-kubeconfig-path": "/etc/kubeconfig",
 		"enable-l2-announcements": "true"}
-	CleanConfig(data)
+	cleanConfig(data)
 	if len(data) != 1 || data["enable-l2-announcements"] != "true" {
 		t.Errorf("data = %v", data)
 	}
@@ -321,8 +321,8 @@ func TestNodeNameOf(t *testing.T) {
 		"unscheduled":    {corev1.PodSpec{}, ""},
 		"preferred only": {corev1.PodSpec{Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{}}}, ""},
 	} {
-		if got := NodeNameOf(&corev1.Pod{Spec: tc.spec}); got != tc.want {
-			t.Errorf("%s: NodeNameOf = %q, want %q", name, got, tc.want)
+		if got := nodeNameOf(&corev1.Pod{Spec: tc.spec}); got != tc.want {
+			t.Errorf("%s: nodeNameOf = %q, want %q", name, got, tc.want)
 		}
 	}
 }

@@ -11,7 +11,7 @@ import (
 	extensionscmdwebhook "github.com/gardener/gardener/extensions/pkg/webhook/cmd"
 	"github.com/gardener/gardener/pkg/client/kubernetes"
 
-	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/apiserverendpoints"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/endpointsconfigmap"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/selfhostedshootexposure"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/health"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/webhook/apiserveraccess"
@@ -24,14 +24,14 @@ const ExtensionName = "cilium-selfhosted"
 // SelfHostedOnly are the controllers and webhooks that only make sense inside a self-hosted shoot; they are switched
 // off unless --self-hosted-shoot-cluster is set.
 var (
-	selfHostedOnlyControllers = []string{apiserverendpoints.ControllerName}
+	selfHostedOnlyControllers = []string{endpointsconfigmap.ControllerName}
 	selfHostedOnlyWebhooks    = apiserveraccess.WebhookNames
 )
 
 // ControllerSwitchOptions are the controllers of this extension, for --controllers / --disable-controllers.
 func ControllerSwitchOptions() *extensionscmdcontroller.SwitchOptions {
 	return extensionscmdcontroller.NewSwitchOptions(
-		extensionscmdcontroller.Switch(apiserverendpoints.ControllerName, apiserverendpoints.AddToManager),
+		extensionscmdcontroller.Switch(endpointsconfigmap.ControllerName, endpointsconfigmap.AddToManager),
 		extensionscmdcontroller.Switch(selfhostedshootexposure.ControllerName, selfhostedshootexposure.AddToManager),
 	)
 }

@@ -26,12 +26,12 @@ import (
 	reconcilerutils "github.com/gardener/gardener/pkg/controllerutils/reconciler"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure/validation"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/ciliumconfig"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/config"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/health"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/identity"
 )
 
 // managedKinds are the kinds of object an exposure may own besides its Service. Stale ones (a slice no longer needed,
@@ -312,7 +312,7 @@ func (a *actuator) deleteOwned(ctx context.Context, exp *extensionsv1alpha1.Self
 		}
 		for i := range list.Items {
 			obj := &list.Items[i]
-			if kept.Has(gvk.Kind+"/"+obj.Name) || obj.Labels[apiserverendpoints.LabelManagedBy] != apiserverendpoints.ManagedByValue {
+			if kept.Has(gvk.Kind+"/"+obj.Name) || obj.Labels[identity.LabelManagedBy] != identity.Name {
 				continue
 			}
 			obj.SetGroupVersionKind(gvk)

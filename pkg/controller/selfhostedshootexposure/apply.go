@@ -7,7 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/identity"
 )
 
 // apply server-side applies obj under this extension's field manager, taking over fields that someone else changed
@@ -20,5 +20,5 @@ func apply(ctx context.Context, c client.Client, obj client.Object) error {
 	delete(u, "status")
 	unstructured.RemoveNestedField(u, "metadata", "creationTimestamp")
 	return c.Apply(ctx, client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u}),
-		client.FieldOwner(apiserverendpoints.ManagedByValue), client.ForceOwnership)
+		identity.FieldOwner, client.ForceOwnership)
 }

@@ -20,8 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
-	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/identity"
 )
 
 // ownedObjects lists what exposures own. Reconciliations read it from metadata informers of the objects labelled
@@ -43,7 +43,7 @@ func newOwnedObjects(mgr manager.Manager) (*ownedObjects, error) {
 		Mapper:     mgr.GetRESTMapper(),
 		// The chart grants EndpointSlices in kube-system only; the Cilium kinds are cluster-scoped.
 		DefaultNamespaces:    map[string]cache.Config{cilium.Namespace: {}},
-		DefaultLabelSelector: labels.SelectorFromSet(labels.Set{apiserverendpoints.LabelManagedBy: apiserverendpoints.ManagedByValue}),
+		DefaultLabelSelector: labels.SelectorFromSet(labels.Set{identity.LabelManagedBy: identity.Name}),
 		DefaultTransform:     cache.TransformStripManagedFields(),
 	})
 	if err != nil {

@@ -30,7 +30,7 @@ import (
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure/validation"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/identity"
 )
 
 const (
@@ -131,9 +131,9 @@ func (o *Objects) All() []client.Object {
 // Labels are the labels of every object of the exposure.
 func Labels(name, namespace string) map[string]string {
 	return map[string]string{
-		apiserverendpoints.LabelManagedBy: apiserverendpoints.ManagedByValue,
-		LabelExposureName:                 name,
-		LabelExposureNamespace:            namespace,
+		identity.LabelManagedBy: identity.Name,
+		LabelExposureName:       name,
+		LabelExposureNamespace:  namespace,
 	}
 }
 
@@ -335,7 +335,7 @@ func endpointSlices(in Input, f validation.Family, addrs []nodeAddr) []*discover
 			Ports:       []discoveryv1.EndpointPort{{Name: new(PortName), Protocol: new(corev1.ProtocolTCP), Port: new(in.Port)}},
 		}
 		s.Labels[discoveryv1.LabelServiceName] = ServiceName(in.Name)
-		s.Labels[LabelEndpointSliceManagedBy] = apiserverendpoints.ManagedByValue
+		s.Labels[LabelEndpointSliceManagedBy] = identity.Name
 		for _, a := range chunk {
 			_, out := in.NotReady[EndpointAddress(a.addr.String(), in.Port)]
 			s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{

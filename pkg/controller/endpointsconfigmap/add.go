@@ -1,6 +1,6 @@
-// Package apiserverendpoints is the controller that keeps the endpoints ConfigMap, which Cilium's pod templates
+// Package endpointsconfigmap is the controller that keeps the endpoints ConfigMap, which Cilium's pod templates
 // reference, current from the control-plane Nodes.
-package apiserverendpoints
+package endpointsconfigmap
 
 import (
 	"context"

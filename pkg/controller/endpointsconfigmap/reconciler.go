@@ -1,4 +1,4 @@
-package apiserverendpoints
+package endpointsconfigmap
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/identity"
 )
 
 // Reconciler writes the endpoints ConfigMap from the control-plane Nodes.
@@ -37,7 +38,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		return reconcile.Result{}, err
 	}
 	if err := r.Client.Apply(ctx, configMap,
-		client.FieldOwner(apiserverendpoints.ManagedByValue), client.ForceOwnership); err != nil {
+		identity.FieldOwner, client.ForceOwnership); err != nil {
 		return reconcile.Result{}, fmt.Errorf("applying ConfigMap %s: %w", configMapKey, err)
 	}
 	return reconcile.Result{}, nil

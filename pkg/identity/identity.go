@@ -1,0 +1,20 @@
+// Package identity is how this extension names itself to the cluster: the field owner of what it applies and the
+// label that marks what it owns. The webhook half and the exposure half both write objects under it.
+package identity
+
+import (
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+const (
+	// Name is the extension's name.
+	Name = "gardener-extension-cilium-selfhosted"
+	// LabelManagedBy marks the objects this extension owns, with the value Name.
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+)
+
+// FieldOwner is the server-side-apply field manager of everything the extension applies.
+const FieldOwner = client.FieldOwner(Name)
+
+// ManagedBy is the label set that marks an object as owned by this extension.
+func ManagedBy() map[string]string { return map[string]string{LabelManagedBy: Name} }
