@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
@@ -19,6 +20,7 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/health"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/helm"
@@ -220,6 +222,36 @@ func TestAdmissionPoliciesKeepCiliumPinned(t *testing.T) {
 	for _, name := range append([]string{"'" + apiserverendpoints.VolumeName + "'", "'" + cilium.ConfigMapName + "'"}, cilium.APIServerFlags...) {
 		if !strings.Contains(text.String(), name) {
 			t.Errorf("the policies do not name %s:\n%s", name, text.String())
+		}
+	}
+}
+
+// TestRBACCoversOwnedKinds: the extension may do to every kind an exposure owns what the actuator and its informers
+// do (apply, list and watch, delete): namespaced kinds in kube-system's Role, the others in the ClusterRole.
+func TestRBACCoversOwnedKinds(t *testing.T) {
+	objs := render(t, selfHostedValues(t, fixtures.Shoot(true)))
+	var clusterRules, kubeSystemRules []rbacv1.PolicyRule
+	for _, cr := range find[*rbacv1.ClusterRole](objs) {
+		clusterRules = append(clusterRules, cr.Rules...)
+	}
+	for _, r := range find[*rbacv1.Role](objs) {
+		if r.Namespace == "kube-system" {
+			kubeSystemRules = append(kubeSystemRules, r.Rules...)
+		}
+	}
+	for _, kind := range resources.OwnedKinds {
+		plural, _ := meta.UnsafeGuessKindToResource(kind.GroupVersionKind)
+		rules := clusterRules
+		if kind.Namespaced {
+			rules = kubeSystemRules
+		}
+		for _, verb := range []string{"get", "list", "watch", "create", "patch", "delete"} {
+			if !slices.ContainsFunc(rules, func(r rbacv1.PolicyRule) bool {
+				return slices.Contains(r.APIGroups, kind.Group) && slices.Contains(r.Resources, plural.Resource) &&
+					slices.Contains(r.Verbs, verb) && len(r.ResourceNames) == 0
+			}) {
+				t.Errorf("%s: no rule grants %s on %s (namespaced %v)", kind.Kind, verb, plural.GroupResource(), kind.Namespaced)
+			}
 		}
 	}
 }

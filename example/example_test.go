@@ -136,10 +136,11 @@ func TestShoots(t *testing.T) {
 				t.Fatal(err)
 			}
 			shoot := obj.(*gardencorev1beta1.Shoot)
-			cfg, err := config.Load(nil, shoot)
+			loaded, err := config.Load(nil, shoot)
 			if err != nil {
 				t.Fatal(err)
 			}
+			cfg := loaded.Config
 			if err := config.CheckPrerequisites(shoot, cfg); err != nil {
 				t.Error(err)
 			}

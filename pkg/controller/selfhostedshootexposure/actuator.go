@@ -15,8 +15,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -25,25 +25,14 @@ import (
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 	reconcilerutils "github.com/gardener/gardener/pkg/controllerutils/reconciler"
 
-	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure/validation"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/ciliumconfig"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/config"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/health"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/network"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/identity"
 )
-
-// managedKinds are the kinds of object an exposure may own besides its Service. Stale ones (a slice no longer needed,
-// the L2 policy after a switch to BGP) are deleted by label, so that nothing of another exposure or of the user is.
-var managedKinds = []schema.GroupVersionKind{
-	{Group: "discovery.k8s.io", Version: "v1", Kind: "EndpointSlice"},
-	ciliumv2.SchemeGroupVersion.WithKind("CiliumLoadBalancerIPPool"),
-	{Group: "cilium.io", Version: "v2alpha1", Kind: "CiliumL2AnnouncementPolicy"},
-	ciliumv2.SchemeGroupVersion.WithKind("CiliumBGPAdvertisement"),
-	ciliumv2.SchemeGroupVersion.WithKind("CiliumBGPClusterConfig"),
-	ciliumv2.SchemeGroupVersion.WithKind("CiliumBGPPeerConfig"),
-}
 
 // Conditions that Cilium's LB-IPAM writes (operator/pkg/lbipam).
 const (
@@ -82,17 +71,15 @@ type lister interface {
 // Reconcile applies the desired objects, removes those no longer desired, and returns the VIP once Cilium has
 // assigned it. Bad input fails before anything is applied or deleted.
 func (a *actuator) Reconcile(ctx context.Context, log logr.Logger, exp *extensionsv1alpha1.SelfHostedShootExposure, cluster *extensionscontroller.Cluster) ([]corev1.LoadBalancerIngress, error) {
-	cfg, err := config.Load(exp, cluster.Shoot)
+	loaded, err := config.Load(exp, cluster.Shoot)
 	if err != nil {
 		return nil, err
 	}
+	cfg := loaded.Config
 	if err := config.CheckPrerequisites(cluster.Shoot, cfg); err != nil {
 		return nil, err
 	}
-	in := resources.Input{
-		Name: exp.Name, Namespace: exp.Namespace, Port: exp.Spec.Port, Endpoints: exp.Spec.Endpoints,
-		Families: config.Families(cluster.Shoot), Config: cfg,
-	}
+	in := loaded.Input(exp)
 	addresses, err := resources.EndpointAddresses(in)
 	if err != nil {
 		return nil, err
@@ -119,10 +106,8 @@ func (a *actuator) Reconcile(ctx context.Context, log logr.Logger, exp *extensio
 		return nil, err
 	}
 
-	log.Info("Applying exposure objects", "config", config.Describe(cfg), "objects", len(objs.All()))
-	// Each call's duration goes into the log, so that a slow reconciliation shows which request was slow.
+	log.Info("Applying exposure objects", "config", loaded.String(), "objects", len(objs.All()))
 	start := time.Now()
-	took := make([]string, 0, len(objs.All())+1)
 	for _, obj := range objs.All() {
 		// The Service last, and replaced only now when its class changes: by then the new announcement's objects
 		// exist, and the pool selects no other Service, so nothing can take the VIP in between.
@@ -131,23 +116,18 @@ func (a *actuator) Reconcile(ctx context.Context, log logr.Logger, exp *extensio
 				return nil, err
 			}
 		}
-		callStart := time.Now()
 		if err := apply(ctx, a.client, obj); err != nil {
 			return nil, fmt.Errorf("applying %s %s: %w", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), err)
 		}
-		took = append(took, fmt.Sprintf("%s %s", obj.GetObjectKind().GroupVersionKind().Kind, time.Since(callStart).Round(time.Millisecond)))
 	}
 	// From the informers: an object that they have not seen yet was applied by an earlier reconciliation a moment ago,
 	// and is swept by the next one.
-	listed, err := a.deleteOwned(ctx, exp, objs.All(), a.owned)
-	if err != nil {
+	if err := a.deleteOwned(ctx, exp, objs.All(), a.owned); err != nil {
 		return nil, err
 	}
-	took = append(took, listed...)
-	log.Info("Exposure objects applied, waiting for Cilium LB-IPAM to assign the VIP", "took", time.Since(start).String(), "calls", took)
+	log.Info("Exposure objects applied, waiting for Cilium LB-IPAM to assign the VIP", "took", time.Since(start).String())
 	start = time.Now()
-	pool, _ := validation.ParsePool(cfg.Pool, nil) // validated by config.Load
-	ingress, err := a.waitForIngress(ctx, objs.Service, objs.Pool.Name, pool)
+	ingress, err := a.waitForIngress(ctx, objs.Service, objs.Pool.Name, loaded.Pool)
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +159,7 @@ func (a *actuator) replaceServiceOfOtherClass(ctx context.Context, log logr.Logg
 // waitForIngress returns the Service's ingress once LB-IPAM has assigned it from the exposure's pool, and fails early
 // with Cilium's own explanation when it cannot: LB-IPAM disables the younger of two overlapping pools, and a pool of
 // someone else's that selects every Service then hands out a VIP that the exposure's configuration never named.
-func (a *actuator) waitForIngress(ctx context.Context, desired *corev1.Service, poolName string, configured validation.Pool) ([]corev1.LoadBalancerIngress, error) {
+func (a *actuator) waitForIngress(ctx context.Context, desired *corev1.Service, poolName string, configured network.Pool) ([]corev1.LoadBalancerIngress, error) {
 	var (
 		svc  = &corev1.Service{}
 		pool = &ciliumv2.CiliumLoadBalancerIPPool{}
@@ -210,20 +190,14 @@ func (a *actuator) waitForIngress(ctx context.Context, desired *corev1.Service, 
 	return ingressOf(svc), nil
 }
 
-// poll calls cond every pollInterval until it is done or fails, for at most ingressWait.
-func (a *actuator) poll(ctx context.Context, cond func(context.Context) (bool, error)) (bool, error) {
-	deadline := time.Now().Add(a.ingressWait)
-	for {
-		done, err := cond(ctx)
-		if done || err != nil || time.Now().After(deadline) {
-			return done, err
-		}
-		select {
-		case <-ctx.Done():
-			return false, ctx.Err()
-		case <-time.After(a.pollInterval):
-		}
+// poll calls cond every pollInterval until it is done or fails, for at most ingressWait. Running out of time, or a
+// look cut off by the deadline, is not an error: the caller requeues.
+func (a *actuator) poll(ctx context.Context, cond wait.ConditionWithContextFunc) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, a.pollInterval, a.ingressWait, true, cond)
+	if wait.Interrupted(err) && ctx.Err() == nil {
+		return false, nil
 	}
+	return err == nil, err
 }
 
 func notAssigned(svc *corev1.Service) error {
@@ -261,8 +235,7 @@ func (a *actuator) delete(ctx context.Context, log logr.Logger, exp *extensionsv
 	}
 	log.Info("Service deleted, deleting the other exposure objects")
 	// From kube-apiserver: after the exposure is gone, nothing sweeps what the informers had not seen yet.
-	_, err := a.deleteOwned(ctx, exp, nil, a.reader)
-	return err
+	return a.deleteOwned(ctx, exp, nil, a.reader)
 }
 
 // deleteService deletes the exposure's Service and, with wait, waits until it is gone.
@@ -286,40 +259,35 @@ func (a *actuator) deleteService(ctx context.Context, namespace, name string, wa
 	return nil
 }
 
-// deleteOwned deletes the objects of the exposure's labels that are not among keep. It returns how long listing each
-// kind took, for the log.
-func (a *actuator) deleteOwned(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, keep []client.Object, from lister) ([]string, error) {
+// deleteOwned deletes the objects of every owned kind that carry the exposure's labels and are not among keep.
+func (a *actuator) deleteOwned(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, keep []client.Object, from lister) error {
 	kept := sets.New[string]()
 	for _, obj := range keep {
 		kept.Insert(obj.GetObjectKind().GroupVersionKind().Kind + "/" + obj.GetName())
 	}
-	listed := make([]string, 0, len(managedKinds))
-	for _, gvk := range managedKinds {
+	for _, kind := range resources.OwnedKinds {
 		list := &metav1.PartialObjectMetadataList{}
-		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		list.SetGroupVersionKind(kind.GroupVersion().WithKind(kind.Kind + "List"))
 		opts := []client.ListOption{client.MatchingLabels(resources.Labels(exp.Name, exp.Namespace))}
-		if gvk.Kind == "EndpointSlice" {
+		if kind.Namespaced {
 			opts = append(opts, client.InNamespace(exp.Namespace))
 		}
-		listStart := time.Now()
-		err := from.List(ctx, list, opts...)
-		listed = append(listed, fmt.Sprintf("list %s %s", gvk.Kind, time.Since(listStart).Round(time.Millisecond)))
-		if err != nil {
+		if err := from.List(ctx, list, opts...); err != nil {
 			if meta.IsNoMatchError(err) {
 				continue // that Cilium CRD is not installed, so nothing of that kind exists
 			}
-			return listed, fmt.Errorf("listing %s: %w", gvk.Kind, err)
+			return fmt.Errorf("listing %s: %w", kind.Kind, err)
 		}
 		for i := range list.Items {
 			obj := &list.Items[i]
-			if kept.Has(gvk.Kind+"/"+obj.Name) || obj.Labels[identity.LabelManagedBy] != identity.Name {
+			if kept.Has(kind.Kind+"/"+obj.Name) || obj.Labels[identity.LabelManagedBy] != identity.Name {
 				continue
 			}
-			obj.SetGroupVersionKind(gvk)
+			obj.SetGroupVersionKind(kind.GroupVersionKind)
 			if err := a.client.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
-				return listed, fmt.Errorf("deleting %s %s: %w", gvk.Kind, obj.Name, err)
+				return fmt.Errorf("deleting %s %s: %w", kind.Kind, obj.Name, err)
 			}
 		}
 	}
-	return listed, nil
+	return nil
 }

@@ -48,6 +48,22 @@ type AddOptions struct {
 
 // AddToManagerWithOptions adds the controller to mgr, with the watches that bring a VIP assigned by Cilium into the
 // status at once and apply a changed Shoot (its exposure providerConfig, its networking) within seconds.
+//
+// Gardener's generic reconciler watches only SelfHostedShootExposures and reconciles on its operation annotation, so
+// everything that must cause a reconciliation asks for one with that annotation (requestReconcile). Each of the ways
+// an exposure waits has a reason of its own:
+//   - within a reconciliation, a poll of up to IngressWait for LB-IPAM's VIP and the announcement: gardenadm counts an
+//     exposure with a lastError as failed after about 30s, so a VIP that comes within seconds must end up in this
+//     reconciliation's status rather than in a later one;
+//   - RequeueAfterError when that poll runs out, so that a VIP that never comes keeps being looked for;
+//   - the Service trigger: LB-IPAM may assign or change the VIP after the reconciliation has ended (pool edits,
+//     LB-IPAM restarted), which no exposure event reports;
+//   - the Cluster trigger: gardenadm edits only the Cluster when the Shoot's exposure configuration changes
+//     (gardener v1.150 does not copy it into the exposure);
+//   - the health trigger: the probers see a kube-apiserver go out or come back, which no API object reports.
+//
+// These triggers are separate controllers because their sources differ (a Service, a Cluster, a channel); they share
+// requestReconcile.
 func AddToManagerWithOptions(ctx context.Context, mgr manager.Manager, opts AddOptions) error {
 	// Informers the reconciliation reads start with the manager rather than on the first exposure, whose
 	// reconciliation would otherwise wait for their initial sync (gardenadm waits for the exposure); for the kinds

@@ -19,7 +19,7 @@ import (
 	reconcilerutils "github.com/gardener/gardener/pkg/controllerutils/reconciler"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure/validation"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/network"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
@@ -63,7 +63,7 @@ func built(t *testing.T, cfg *exposure.ExposureConfig) *resources.Objects {
 	cfg.Pool = exposure.Pool{CIDRs: []string{"203.0.113.0/28"}}
 	objs, err := resources.Build(resources.Input{
 		Name: "bare-metal", Namespace: "kube-system", Port: 443, Endpoints: fixtures.Exposure("bare-metal", fixtures.Nodes()).Spec.Endpoints,
-		Families: []validation.Family{validation.IPv4}, Config: cfg,
+		Families: []network.Family{network.IPv4}, Config: cfg,
 	})
 	if err != nil {
 		t.Fatal(err)

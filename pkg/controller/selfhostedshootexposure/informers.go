@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
@@ -21,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/identity"
 )
 
@@ -33,7 +33,6 @@ import (
 type ownedObjects struct {
 	cache  cache.Cache
 	reader client.Reader
-	synced sync.Map // schema.GroupVersionKind -> struct{}
 }
 
 func newOwnedObjects(mgr manager.Manager) (*ownedObjects, error) {
@@ -56,10 +55,15 @@ func newOwnedObjects(mgr manager.Manager) (*ownedObjects, error) {
 // kube-apiserver.
 func (o *ownedObjects) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
 	listOpts := (&client.ListOptions{}).ApplyOptions(opts)
-	gvk := list.GetObjectKind().GroupVersionKind()
-	gvk.Kind = strings.TrimSuffix(gvk.Kind, "List")
-	_, synced := o.synced.Load(gvk)
-	if !synced || (listOpts.Namespace != "" && listOpts.Namespace != cilium.Namespace) {
+	if listOpts.Namespace != "" && listOpts.Namespace != cilium.Namespace {
+		return o.reader.List(ctx, list, opts...)
+	}
+	obj := &metav1.PartialObjectMetadata{}
+	obj.SetGroupVersionKind(list.GetObjectKind().GroupVersionKind())
+	obj.Kind = strings.TrimSuffix(obj.Kind, "List")
+	// Does not wait: an informer that the starter has not created or that has not synced is not asked.
+	informer, err := o.cache.GetInformer(ctx, obj, cache.BlockUntilSynced(false))
+	if err != nil || !informer.HasSynced() {
 		return o.reader.List(ctx, list, opts...)
 	}
 	return o.cache.List(ctx, list, opts...)
@@ -100,15 +104,13 @@ func (s *informerStarter) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	for _, gvk := range managedKinds {
+	for _, kind := range resources.OwnedKinds {
+		gvk := kind.GroupVersionKind
 		pending[gvk] = func(ctx context.Context) error {
 			obj := &metav1.PartialObjectMetadata{}
 			obj.SetGroupVersionKind(gvk)
-			if _, err := s.owned.cache.GetInformer(ctx, obj); err != nil {
-				return err
-			}
-			s.owned.synced.Store(gvk, struct{}{})
-			return nil
+			_, err := s.owned.cache.GetInformer(ctx, obj)
+			return err
 		}
 	}
 

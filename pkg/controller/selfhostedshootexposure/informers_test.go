@@ -13,11 +13,23 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
 )
 
-// listingCache is a cache that only lists, from a fake client.
+// listingCache is a cache that only lists, from a fake client, and whose informers have synced or not.
 type listingCache struct {
 	cache.Cache
 	reader client.Reader
+	synced *bool
 }
+
+func (c listingCache) GetInformer(context.Context, client.Object, ...cache.InformerGetOption) (cache.Informer, error) {
+	return syncedInformer{synced: *c.synced}, nil
+}
+
+type syncedInformer struct {
+	cache.Informer
+	synced bool
+}
+
+func (i syncedInformer) HasSynced() bool { return i.synced }
 
 func (c listingCache) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
 	return c.reader.List(ctx, list, opts...)
@@ -31,8 +43,9 @@ func TestOwnedObjectsListFromTheInformerOnceSynced(t *testing.T) {
 	s := scheme.New()
 	fromCache := fake.NewClientBuilder().WithScheme(s).WithObjects(slice("cached", "kube-system")).Build()
 	fromAPI := fake.NewClientBuilder().WithScheme(s).WithObjects(slice("api", "kube-system"), slice("api", "other")).Build()
-	o := &ownedObjects{cache: listingCache{reader: fromCache}, reader: fromAPI}
-	gvk := managedKinds[0]
+	synced := false
+	o := &ownedObjects{cache: listingCache{reader: fromCache, synced: &synced}, reader: fromAPI}
+	gvk := discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice")
 
 	names := func(namespace string) []string {
 		t.Helper()
@@ -51,7 +64,7 @@ func TestOwnedObjectsListFromTheInformerOnceSynced(t *testing.T) {
 	if got := names("kube-system"); len(got) != 1 || got[0] != "kube-system/api" {
 		t.Errorf("before the informer synced: %v, want kube-system/api from kube-apiserver", got)
 	}
-	o.synced.Store(gvk, struct{}{})
+	synced = true
 	if got := names("kube-system"); len(got) != 1 || got[0] != "kube-system/cached" {
 		t.Errorf("after the informer synced: %v, want kube-system/cached from the informer", got)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure/helper"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure/validation"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/network"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
 )
 
@@ -45,19 +46,27 @@ func Raw(exp *extensionsv1alpha1.SelfHostedShootExposure, shoot *gardencorev1bet
 }
 
 // Families are the shoot's IP families; a shoot without networking settings is IPv4.
-func Families(shoot *gardencorev1beta1.Shoot) []validation.Family {
+func Families(shoot *gardencorev1beta1.Shoot) []network.Family {
 	if shoot == nil || shoot.Spec.Networking == nil || len(shoot.Spec.Networking.IPFamilies) == 0 {
-		return []validation.Family{validation.IPv4}
+		return []network.Family{network.IPv4}
 	}
-	families := make([]validation.Family, 0, len(shoot.Spec.Networking.IPFamilies))
+	families := make([]network.Family, 0, len(shoot.Spec.Networking.IPFamilies))
 	for _, f := range shoot.Spec.Networking.IPFamilies {
-		families = append(families, validation.Family(f))
+		families = append(families, network.Family(f))
 	}
 	return families
 }
 
+// Exposure is the exposure configuration as a reconciliation uses it: the providerConfig, decoded, defaulted and
+// validated, its pool parsed, and the shoot's IP families. Load derives it once.
+type Exposure struct {
+	Config   *exposure.ExposureConfig
+	Pool     network.Pool
+	Families []network.Family
+}
+
 // Load finds, decodes (strictly) and validates the exposure configuration. Every error names the field at fault.
-func Load(exp *extensionsv1alpha1.SelfHostedShootExposure, shoot *gardencorev1beta1.Shoot) (*exposure.ExposureConfig, error) {
+func Load(exp *extensionsv1alpha1.SelfHostedShootExposure, shoot *gardencorev1beta1.Shoot) (*Exposure, error) {
 	raw, path := Raw(exp, shoot)
 	if raw == nil {
 		return nil, field.Required(path, "the cilium exposure needs a providerConfig with at least `pool` (apiVersion: "+
@@ -67,10 +76,21 @@ func Load(exp *extensionsv1alpha1.SelfHostedShootExposure, shoot *gardencorev1be
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if errs := validation.ValidateExposureConfig(cfg, Environment(exp, shoot), path); len(errs) > 0 {
+	env := Environment(exp, shoot)
+	if errs := validation.ValidateExposureConfig(cfg, env, path); len(errs) > 0 {
 		return nil, errs.ToAggregate()
 	}
-	return cfg, nil
+	pool, errs := network.ParsePool(cfg.Pool, path.Child("pool"))
+	if len(errs) > 0 {
+		return nil, errs.ToAggregate()
+	}
+	return &Exposure{Config: cfg, Pool: pool, Families: env.Families}, nil
+}
+
+// Input is what the builders of the exposure's objects need of exp with this configuration.
+func (e *Exposure) Input(exp *extensionsv1alpha1.SelfHostedShootExposure) resources.Input {
+	return resources.Input{Name: exp.Name, Namespace: exp.Namespace, Port: exp.Spec.Port, Endpoints: exp.Spec.Endpoints,
+		Families: e.Families, Config: e.Config}
 }
 
 // Environment is what the configuration is validated against: the shoot's IP families and networks, the
@@ -105,7 +125,7 @@ func Environment(exp *extensionsv1alpha1.SelfHostedShootExposure, shoot *gardenc
 	return env
 }
 
-// Describe is a short description for logs.
-func Describe(cfg *exposure.ExposureConfig) string {
-	return fmt.Sprintf("announcement=%s pool=%v pinned=%v", cfg.Announcement, cfg.Pool, cfg.LoadBalancerIPs)
+// String is a short description for logs.
+func (e *Exposure) String() string {
+	return fmt.Sprintf("announcement=%s pool=%v pinned=%v families=%v", e.Config.Announcement, e.Config.Pool, e.Config.LoadBalancerIPs, e.Families)
 }

@@ -42,10 +42,11 @@ func exposureWith(providerConfig string) *extensionsv1alpha1.SelfHostedShootExpo
 var ipv4 = []gardencorev1beta1.IPFamily{gardencorev1beta1.IPFamilyIPv4}
 
 func TestLoadDefaults(t *testing.T) {
-	cfg, err := Load(exposureWith(""), shoot(ipv4, header+`"pool":{"cidrs":["203.0.113.10/32"]}}`))
+	loaded, err := Load(exposureWith(""), shoot(ipv4, header+`"pool":{"cidrs":["203.0.113.10/32"]}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg := loaded.Config
 	if cfg.Announcement != exposure.AnnouncementL2 || cfg.L2 == nil {
 		t.Fatalf("announcement %q l2 %v, want L2 by default", cfg.Announcement, cfg.L2)
 	}
@@ -55,11 +56,12 @@ func TestLoadDefaults(t *testing.T) {
 }
 
 func TestLoadPrefersTheExposuresProviderConfig(t *testing.T) {
-	cfg, err := Load(exposureWith(header+`"announcement":"BGP","pool":{"cidrs":["203.0.113.0/28"]},"bgp":{"clusterConfigName":"dc"}}`),
+	loaded, err := Load(exposureWith(header+`"announcement":"BGP","pool":{"cidrs":["203.0.113.0/28"]},"bgp":{"clusterConfigName":"dc"}}`),
 		shoot(ipv4, header+`"pool":{"cidrs":["198.51.100.0/28"]}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg := loaded.Config
 	if cfg.Announcement != exposure.AnnouncementBGP || cfg.Pool.CIDRs[0] != "203.0.113.0/28" {
 		t.Errorf("loaded %+v, want the exposure's own providerConfig", cfg)
 	}

@@ -46,12 +46,11 @@ func FuzzLoad(f *testing.F) {
 		exp := &extensionsv1alpha1.SelfHostedShootExposure{}
 		exp.Name, exp.Namespace, exp.Spec.Port, exp.Spec.Endpoints = "fuzz", "kube-system", 443, endpoints
 		exp.Spec.ProviderConfig = &runtime.RawExtension{Raw: raw}
-		cfg, err := Load(exp, shoot)
+		loaded, err := Load(exp, shoot)
 		if err != nil {
 			return
 		}
-		objs, err := resources.Build(resources.Input{Name: exp.Name, Namespace: exp.Namespace, Port: exp.Spec.Port,
-			Endpoints: exp.Spec.Endpoints, Families: Families(shoot), Config: cfg})
+		objs, err := resources.Build(loaded.Input(exp))
 		if err != nil {
 			t.Fatalf("a configuration that validates does not build: %v", err)
 		}

@@ -129,10 +129,11 @@ func TestCheckPrerequisites(t *testing.T) {
 		}(), "set it to false"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			cfg, err := Load(nil, tc.shoot)
+			loaded, err := Load(nil, tc.shoot)
 			if err != nil {
 				t.Fatal(err)
 			}
+			cfg := loaded.Config
 			err = CheckPrerequisites(tc.shoot, cfg)
 			if tc.want == "" && err != nil {
 				t.Errorf("unexpected error %v", err)
@@ -146,10 +147,11 @@ func TestCheckPrerequisites(t *testing.T) {
 
 func TestL2LeaseTimingsLeaveTheNetworkConfigsOwn(t *testing.T) {
 	s := shootWithNetworks(header + `"pool":{"cidrs":["203.0.113.0/28"]}}`)
-	cfg, err := Load(nil, s)
+	loaded, err := Load(nil, s)
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg := loaded.Config
 	all := map[string]string{"l2-announcements-lease-duration": "5s", "l2-announcements-renew-deadline": "3s", "l2-announcements-retry-period": "1s"}
 	if got := L2LeaseTimings(s, cfg); !maps.Equal(got, all) {
 		t.Errorf("without a NetworkConfig: %v, want the exposure's %v", got, all)

@@ -29,7 +29,7 @@ import (
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure/validation"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/network"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/identity"
 )
 
@@ -65,7 +65,7 @@ type Input struct {
 	// Endpoints are the control-plane nodes (spec.endpoints).
 	Endpoints []extensionsv1alpha1.ControlPlaneEndpoint
 	// Families are the shoot's IP families (spec.networking.ipFamilies), in its order.
-	Families []validation.Family
+	Families []network.Family
 	// Config is the validated, defaulted exposure configuration.
 	Config *exposure.ExposureConfig
 	// NotReady are the endpoints, by EndpointAddress, whose kube-apiserver is not ready: published with ready and
@@ -142,9 +142,10 @@ func ServiceName(exposureName string) string {
 	return dnsLabel("cilium-exposure-" + exposureName)
 }
 
-// clusterScopedName names the cluster-scoped objects, which must not collide between namespaces.
-func clusterScopedName(in Input) string {
-	return dnsLabel("cilium-exposure-" + in.Namespace + "-" + in.Name)
+// ClusterScopedName names the cluster-scoped objects of the exposure namespace/name, which must not collide between
+// namespaces; the BGP peer configs add the peer to it.
+func ClusterScopedName(namespace, name string) string {
+	return dnsLabel("cilium-exposure-" + namespace + "-" + name)
 }
 
 // dnsLabel keeps a name within 63 characters, replacing an overlong tail by a hash so that names stay unique.
@@ -192,7 +193,7 @@ type nodeAddr struct {
 
 // endpointAddresses picks the InternalIPs of each family from the endpoints. Hostnames and external addresses are
 // never used: a name may resolve to the VIP itself, and kube-apiserver listens on the node's internal address.
-func endpointAddresses(in Input) (map[validation.Family][]nodeAddr, error) {
+func endpointAddresses(in Input) (map[network.Family][]nodeAddr, error) {
 	endpointsPath := field.NewPath("spec", "endpoints")
 	if len(in.Endpoints) == 0 {
 		return nil, field.Required(endpointsPath, "no control-plane endpoint to expose")
@@ -200,7 +201,7 @@ func endpointAddresses(in Input) (map[validation.Family][]nodeAddr, error) {
 	if in.Port < 1 || in.Port > 65535 {
 		return nil, field.Invalid(field.NewPath("spec", "port"), in.Port, "must be between 1 and 65535")
 	}
-	byFamily := map[validation.Family][]nodeAddr{}
+	byFamily := map[network.Family][]nodeAddr{}
 	var errs field.ErrorList
 	for i, ep := range in.Endpoints {
 		found := false
@@ -213,7 +214,7 @@ func endpointAddresses(in Input) (map[validation.Family][]nodeAddr, error) {
 				continue
 			}
 			addr = addr.Unmap()
-			if f := validation.FamilyOf(addr); slices.Contains(in.Families, f) {
+			if f := network.FamilyOf(addr); slices.Contains(in.Families, f) {
 				byFamily[f] = append(byFamily[f], nodeAddr{node: ep.NodeName, addr: addr})
 				found = true
 			}
@@ -320,7 +321,7 @@ func service(in Input) *corev1.Service {
 
 // endpointSlices are the slices of one family, at most 1000 endpoints each. nodeName is set on every endpoint: Cilium
 // counts a backend as local to a node only by it (BGP and L2 with externalTrafficPolicy Local).
-func endpointSlices(in Input, f validation.Family, addrs []nodeAddr) []*discoveryv1.EndpointSlice {
+func endpointSlices(in Input, f network.Family, addrs []nodeAddr) []*discoveryv1.EndpointSlice {
 	var slices []*discoveryv1.EndpointSlice
 	for i := 0; i < len(addrs); i += maxEndpointsPerSlice {
 		chunk := addrs[i:min(i+maxEndpointsPerSlice, len(addrs))]
@@ -352,7 +353,7 @@ func endpointSlices(in Input, f validation.Family, addrs []nodeAddr) []*discover
 func pool(in Input) *ciliumv2.CiliumLoadBalancerIPPool {
 	p := &ciliumv2.CiliumLoadBalancerIPPool{
 		TypeMeta:   metav1.TypeMeta{APIVersion: ciliumv2.SchemeGroupVersion.String(), Kind: "CiliumLoadBalancerIPPool"},
-		ObjectMeta: objectMeta(clusterScopedName(in), "", in),
+		ObjectMeta: objectMeta(ClusterScopedName(in.Namespace, in.Name), "", in),
 		// The pool's CIDRs are blocks of VIPs, not subnets: every address is usable, as Cilium does when the field is
 		// unset (operator/pkg/lbipam reserves the first and last address only for "No"). Explicit, so that a pinned
 		// VIP at either end never depends on a default.
@@ -370,7 +371,7 @@ func pool(in Input) *ciliumv2.CiliumLoadBalancerIPPool {
 func l2Policy(in Input) *ciliumv2alpha1.CiliumL2AnnouncementPolicy {
 	p := &ciliumv2alpha1.CiliumL2AnnouncementPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: ciliumv2alpha1.SchemeGroupVersion.String(), Kind: "CiliumL2AnnouncementPolicy"},
-		ObjectMeta: objectMeta(clusterScopedName(in), "", in),
+		ObjectMeta: objectMeta(ClusterScopedName(in.Namespace, in.Name), "", in),
 		Spec: ciliumv2alpha1.CiliumL2AnnouncementPolicySpec{
 			ServiceSelector: serviceSelector(in),
 			NodeSelector:    controlPlaneNodes(),
@@ -387,7 +388,7 @@ func l2Policy(in Input) *ciliumv2alpha1.CiliumL2AnnouncementPolicy {
 func bgpAdvertisement(in Input) *ciliumv2.CiliumBGPAdvertisement {
 	a := &ciliumv2.CiliumBGPAdvertisement{
 		TypeMeta:   metav1.TypeMeta{APIVersion: ciliumv2.SchemeGroupVersion.String(), Kind: "CiliumBGPAdvertisement"},
-		ObjectMeta: objectMeta(clusterScopedName(in), "", in),
+		ObjectMeta: objectMeta(ClusterScopedName(in.Namespace, in.Name), "", in),
 		Spec: ciliumv2.CiliumBGPAdvertisementSpec{Advertisements: []ciliumv2.BGPAdvertisement{{
 			AdvertisementType: ciliumv2.BGPServiceAdvert,
 			Service:           &ciliumv2.BGPServiceOptions{Addresses: []ciliumv2.BGPServiceAddressType{ciliumv2.BGPLoadBalancerIPAddr}},
@@ -414,7 +415,7 @@ func bgpAdvertisement(in Input) *ciliumv2.CiliumBGPAdvertisement {
 }
 
 func peerConfigName(in Input, peer exposure.BGPPeer) string {
-	return dnsLabel(clusterScopedName(in) + "-" + peer.Name)
+	return dnsLabel(ClusterScopedName(in.Namespace, in.Name) + "-" + peer.Name)
 }
 
 func bgpClusterConfig(in Input) *ciliumv2.CiliumBGPClusterConfig {
@@ -429,7 +430,7 @@ func bgpClusterConfig(in Input) *ciliumv2.CiliumBGPClusterConfig {
 	}
 	return &ciliumv2.CiliumBGPClusterConfig{
 		TypeMeta:   metav1.TypeMeta{APIVersion: ciliumv2.SchemeGroupVersion.String(), Kind: "CiliumBGPClusterConfig"},
-		ObjectMeta: objectMeta(clusterScopedName(in), "", in),
+		ObjectMeta: objectMeta(ClusterScopedName(in.Namespace, in.Name), "", in),
 		Spec: ciliumv2.CiliumBGPClusterConfigSpec{
 			NodeSelector: nodeSelector(in.Config.BGP.NodeSelector),
 			BGPInstances: []ciliumv2.CiliumBGPInstance{instance},

@@ -15,28 +15,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/network"
 )
-
-// Family is an IP family of the shoot: "IPv4" or "IPv6".
-type Family string
-
-const (
-	IPv4 Family = "IPv4"
-	IPv6 Family = "IPv6"
-)
-
-// FamilyOf is the family of an address.
-func FamilyOf(a netip.Addr) Family {
-	if a.Is4() {
-		return IPv4
-	}
-	return IPv6
-}
 
 // Environment is what the configuration is validated against.
 type Environment struct {
 	// Families are the shoot's IP families; the pool must offer an address of each.
-	Families []Family
+	Families []network.Family
 	// Networks are the shoot's node, pod and service networks (spec.networking).
 	Networks []Network
 	// NodeAddresses are the control-plane nodes' addresses (the exposure's spec.endpoints), when known.
@@ -90,7 +75,7 @@ func ValidateExposureConfig(cfg *exposure.ExposureConfig, env Environment, fldPa
 			[]exposure.Announcement{exposure.AnnouncementL2, exposure.AnnouncementBGP}))
 	}
 
-	pool, errs := ParsePool(cfg.Pool, fldPath.Child("pool"))
+	pool, errs := network.ParsePool(cfg.Pool, fldPath.Child("pool"))
 	allErrs = append(allErrs, errs...)
 	if len(errs) > 0 {
 		return allErrs
@@ -102,7 +87,7 @@ func ValidateExposureConfig(cfg *exposure.ExposureConfig, env Environment, fldPa
 	}
 	allErrs = append(allErrs, validatePoolPlacement(cfg, pool, env, fldPath)...)
 
-	seen := sets.New[Family]()
+	seen := sets.New[network.Family]()
 	for i, ip := range cfg.LoadBalancerIPs {
 		p := fldPath.Child("loadBalancerIPs").Index(i)
 		addr, err := netip.ParseAddr(ip)
@@ -113,10 +98,10 @@ func ValidateExposureConfig(cfg *exposure.ExposureConfig, env Environment, fldPa
 		if !pool.Contains(addr) {
 			allErrs = append(allErrs, field.Invalid(p, ip, "not in the pool"))
 		}
-		if seen.Has(FamilyOf(addr)) {
+		if seen.Has(network.FamilyOf(addr)) {
 			allErrs = append(allErrs, field.Duplicate(p, ip))
 		}
-		seen.Insert(FamilyOf(addr))
+		seen.Insert(network.FamilyOf(addr))
 		if slices.Contains(env.NodeAddresses, addr) {
 			allErrs = append(allErrs, field.Invalid(p, ip, "is a control-plane node's own address: the VIP must be an address no node has"))
 		}
@@ -131,7 +116,7 @@ func ValidateExposureConfig(cfg *exposure.ExposureConfig, env Environment, fldPa
 
 // validatePoolPlacement rejects pool blocks in special ranges or in the shoot's pod and service networks, and an
 // unpinned pool that could hand out a node's address.
-func validatePoolPlacement(cfg *exposure.ExposureConfig, pool Pool, env Environment, fldPath *field.Path) field.ErrorList {
+func validatePoolPlacement(cfg *exposure.ExposureConfig, pool network.Pool, env Environment, fldPath *field.Path) field.ErrorList {
 	allErrs := field.ErrorList{}
 	type block struct {
 		path        *field.Path
@@ -188,83 +173,6 @@ func lastAddr(p netip.Prefix) netip.Addr {
 	}
 	last, _ := netip.AddrFromSlice(a)
 	return last
-}
-
-// Pool is a parsed address pool.
-type Pool struct {
-	Prefixes []netip.Prefix
-	Ranges   [][2]netip.Addr
-}
-
-// ParsePool parses and checks the CIDRs and ranges of a pool.
-func ParsePool(p exposure.Pool, fldPath *field.Path) (Pool, field.ErrorList) {
-	var (
-		pool    Pool
-		allErrs field.ErrorList
-	)
-	if len(p.CIDRs) == 0 && len(p.Ranges) == 0 {
-		return pool, field.ErrorList{field.Required(fldPath, "the pool needs at least one CIDR or range")}
-	}
-	for i, c := range p.CIDRs {
-		prefix, err := netip.ParsePrefix(c)
-		if err != nil {
-			allErrs = append(allErrs, field.Invalid(fldPath.Child("cidrs").Index(i), c, "not a CIDR"))
-			continue
-		}
-		if prefix != prefix.Masked() {
-			allErrs = append(allErrs, field.Invalid(fldPath.Child("cidrs").Index(i), c, fmt.Sprintf("host bits are set (did you mean %s?)", prefix.Masked())))
-			continue
-		}
-		pool.Prefixes = append(pool.Prefixes, prefix)
-	}
-	for i, r := range p.Ranges {
-		rp := fldPath.Child("ranges").Index(i)
-		start, errStart := netip.ParseAddr(r.Start)
-		stop, errStop := netip.ParseAddr(r.Stop)
-		switch {
-		case errStart != nil:
-			allErrs = append(allErrs, field.Invalid(rp.Child("start"), r.Start, "not an IP address"))
-		case errStop != nil:
-			allErrs = append(allErrs, field.Invalid(rp.Child("stop"), r.Stop, "not an IP address"))
-		case start.Is4() != stop.Is4():
-			allErrs = append(allErrs, field.Invalid(rp, r, "start and stop are of different IP families"))
-		case stop.Less(start):
-			allErrs = append(allErrs, field.Invalid(rp, r, "stop is before start"))
-		default:
-			pool.Ranges = append(pool.Ranges, [2]netip.Addr{start, stop})
-		}
-	}
-	return pool, allErrs
-}
-
-// Contains tells whether addr lies in the pool.
-func (p Pool) Contains(addr netip.Addr) bool {
-	for _, prefix := range p.Prefixes {
-		if prefix.Contains(addr) {
-			return true
-		}
-	}
-	for _, r := range p.Ranges {
-		if !addr.Less(r[0]) && !r[1].Less(addr) {
-			return true
-		}
-	}
-	return false
-}
-
-// Has tells whether the pool offers addresses of family f.
-func (p Pool) Has(f Family) bool {
-	for _, prefix := range p.Prefixes {
-		if FamilyOf(prefix.Addr()) == f {
-			return true
-		}
-	}
-	for _, r := range p.Ranges {
-		if FamilyOf(r[0]) == f {
-			return true
-		}
-	}
-	return false
 }
 
 func validateL2(l2 *exposure.L2, fldPath *field.Path) field.ErrorList {
