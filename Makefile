@@ -12,7 +12,7 @@ ENVTEST_ASSETS   = $(shell hack/envtest/build.sh)
 CILIUM_OPERATOR  = $(shell hack/cilium/build.sh cilium-operator)
 CILIUM_DBG       = $(shell hack/cilium/build.sh cilium-dbg)
 CILIUM_AGENT     = $(shell hack/cilium/build.sh cilium-agent)
-TEST_FLAGS      ?= -race -timeout=20m
+TEST_FLAGS      ?= -race -shuffle=on -timeout=20m
 
 .PHONY: all
 all: lint build test

@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
 	v1beta1constants "github.com/gardener/gardener/pkg/apis/core/v1beta1/constants"
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 
@@ -36,18 +35,6 @@ func exposureWithEndpoints(name, vip string, n int) *extensionsv1alpha1.SelfHost
 	return exp
 }
 
-func succeeded(ctx context.Context, c client.Client, exp *extensionsv1alpha1.SelfHostedShootExposure) (bool, error) {
-	if err := c.Get(ctx, client.ObjectKeyFromObject(exp), exp); err != nil {
-		return false, err
-	}
-	op := exp.Status.LastOperation
-	if op != nil && op.State == gardencorev1beta1.LastOperationStateError && exp.Annotations[v1beta1constants.GardenerOperation] == "" {
-		return false, fmt.Errorf("exposure %s: %s", exp.Name, op.Description)
-	}
-	return op != nil && op.State == gardencorev1beta1.LastOperationStateSucceeded && len(exp.Status.Ingress) > 0 &&
-		exp.Status.ObservedGeneration == exp.Generation && exp.Annotations[v1beta1constants.GardenerOperation] == "", nil
-}
-
 // exposureConvergence measures, with Cilium's real operator, the time from creating an exposure to Succeeded with the
 // VIP in status, and for an endpoint change to reach the slices.
 func exposureConvergence(ctx context.Context, r *report, env *testenv.Env) error {
@@ -59,7 +46,7 @@ func exposureConvergence(ctx context.Context, r *report, env *testenv.Env) error
 		if err := c.Create(ctx, exp); err != nil {
 			return 0, err
 		}
-		if err := testenv.WaitFor(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) { return succeeded(ctx, c, exp) }); err != nil {
+		if err := testenv.WaitUntilReady(ctx, c, exp, 2*time.Minute); err != nil {
 			return 0, fmt.Errorf("exposure %s with %d endpoints: %w", exp.Name, len(exp.Spec.Endpoints), err)
 		}
 		return time.Since(start), nil
@@ -134,14 +121,16 @@ func exposureConvergence(ctx context.Context, r *report, env *testenv.Env) error
 		}
 		exps = append(exps, exp)
 	}
-	if err := testenv.WaitFor(ctx, 5*time.Minute, func(ctx context.Context) (bool, error) {
+	allReady := func() error {
+		deadline := time.Now().Add(5 * time.Minute)
 		for _, exp := range exps {
-			if ok, err := succeeded(ctx, c, exp); !ok || err != nil {
-				return false, err
+			if err := testenv.WaitUntilReady(ctx, c, exp, time.Until(deadline)); err != nil {
+				return err
 			}
 		}
-		return true, nil
-	}); err != nil {
+		return nil
+	}
+	if err := allReady(); err != nil {
 		return fmt.Errorf("%d exposures at once: %w", many, err)
 	}
 	r.add(Result{Section: section, Name: fmt.Sprintf("%d exposures created at once -> all Succeeded", many), Value: float64(time.Since(start).Milliseconds()), Unit: "ms"})

@@ -109,10 +109,11 @@ func vipFailover(r *report, runs int) error {
 // startShoot starts a control plane of its own that serves a certificate made as Gardener makes it for the shoot
 // technicalID, creates the self-hosted shoot with an L2 exposure configuration and runs the extension; stop ends them.
 func startShoot(ctx context.Context, technicalID string) (env *testenv.Env, stop func(), err error) {
-	if err := podrun.ServeAsShoot(technicalID); err != nil {
+	certs, err := podrun.ShootCertificates(technicalID)
+	if err != nil {
 		return nil, nil, err
 	}
-	if env, err = testenv.Start(); err != nil {
+	if env, err = testenv.Start(testenv.Options{Certificates: certs}); err != nil {
 		return nil, nil, err
 	}
 	if err := env.CreateSelfHostedShoot(ctx, fixtures.WithExposureConfig(fixtures.Shoot(true), fixtures.ExposureConfigL2)); err != nil {

@@ -114,7 +114,7 @@ func run(r *report, version string, failovers, flips int) error {
 // chart's ServiceAccount) and Cilium's real operator.
 func inCluster(r *report, f *fixture) error {
 	ctx := context.Background()
-	env, err := testenv.Start()
+	env, err := testenv.Start(testenv.Options{})
 	if err != nil {
 		return err
 	}

@@ -122,7 +122,7 @@ func (d *demo) connections(ctx context.Context, rendered *ciliumchart.Objects, a
 func (d *demo) start(ctx context.Context, sandbox *podrun.Sandbox, r componentRun, configMaps map[string]map[string]string) ([]string, string, error) {
 	ciliumoperator.FreeLease(ctx, d.env.Client)
 	sandbox.Reset()
-	c, err := podrun.ForPod(ctx, d.env.Config, r.pod, r.container)
+	c, err := podrun.ForPod(ctx, d.env, r.pod, r.container)
 	if err != nil {
 		return nil, "", err
 	}

@@ -25,7 +25,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
@@ -67,10 +66,9 @@ func run(extension, chart string, keep bool) error {
 	if err != nil {
 		return err
 	}
-	testenv.GardenerCertificates = certs
 	step("Starting the control plane (kube-apiserver and etcd from %s) with Gardener's and Cilium's CRDs, serving a "+
 		"certificate made as Gardener makes it for a self-hosted shoot (no node IP in it)", os.Getenv("KUBEBUILDER_ASSETS"))
-	env, err := testenv.Start()
+	env, err := testenv.Start(testenv.Options{Certificates: certs})
 	if err != nil {
 		return err
 	}
@@ -261,13 +259,7 @@ func (d *demo) exposure(ctx context.Context) ([]string, error) {
 	if err := c.Create(ctx, exp); err != nil {
 		return nil, err
 	}
-	if err := testenv.WaitFor(ctx, time.Minute, func(ctx context.Context) (bool, error) {
-		if err := c.Get(ctx, client.ObjectKeyFromObject(exp), exp); err != nil {
-			return false, err
-		}
-		op := exp.Status.LastOperation
-		return op != nil && op.State == gardencorev1beta1.LastOperationStateSucceeded && exp.Status.ObservedGeneration == exp.Generation, nil
-	}); err != nil {
+	if err := testenv.WaitUntilReady(ctx, c, exp, time.Minute); err != nil {
 		return nil, fmt.Errorf("the exposure did not succeed: %w (last operation %+v, last error %+v)", err, exp.Status.LastOperation, exp.Status.LastError)
 	}
 	took := time.Since(start)

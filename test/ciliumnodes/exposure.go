@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
@@ -29,6 +28,7 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumoperator"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
 )
 
 // Expose runs the agents unless they run, starts the operator of Gardener's chart from its admitted pod, creates the shoot's
@@ -55,9 +55,7 @@ func (c *Cluster) Expose(ctx context.Context) (*extensionsv1alpha1.SelfHostedSho
 	if err := c.env.Client.Create(ctx, exp); err != nil {
 		return nil, err
 	}
-	if err := c.env.WaitForLastOperation(ctx, exp, 3*time.Minute, func(op *gardencorev1beta1.LastOperation) bool {
-		return op.State == gardencorev1beta1.LastOperationStateSucceeded
-	}); err != nil {
+	if err := testenv.WaitUntilReady(ctx, c.env.Client, exp, 3*time.Minute); err != nil {
 		return nil, err
 	}
 	if _, err := c.WaitForLeaseHolder(ctx, exp, ""); err != nil {
@@ -81,7 +79,7 @@ func (c *Cluster) startOperator(ctx context.Context) error {
 	// As in the connection suite: the operator's serve addresses, and Cilium's CRDs left as the test installed them.
 	configMaps[cilium.ConfigMapName] = maps.Clone(configMaps[cilium.ConfigMapName])
 	maps.Copy(configMaps[cilium.ConfigMapName], ciliumoperator.Config(9234, 9963))
-	ct, err := podrun.ForPod(ctx, c.env.Config, pod, "cilium-operator")
+	ct, err := podrun.ForPod(ctx, c.env, pod, "cilium-operator")
 	if err != nil {
 		return err
 	}

@@ -162,7 +162,7 @@ func (n *Node) startAgent(ctx context.Context, env *testenv.Env, pod *corev1.Pod
 	if err := n.runInitContainers(ctx, env, pod, configMaps, dir); err != nil {
 		return err
 	}
-	c, err := podrun.ForPod(ctx, env.Config, pod, cilium.AgentContainerName)
+	c, err := podrun.ForPod(ctx, env, pod, cilium.AgentContainerName)
 	if err != nil {
 		return err
 	}
@@ -197,7 +197,7 @@ func (n *Node) runInitContainers(ctx context.Context, env *testenv.Env, pod *cor
 		if _, ok := ciliumbin.ForContainer(ic); !ok {
 			continue
 		}
-		c, err := podrun.ForPod(ctx, env.Config, pod, ic.Name)
+		c, err := podrun.ForPod(ctx, env, pod, ic.Name)
 		if err != nil {
 			return err
 		}

@@ -180,7 +180,7 @@ func run(t *testing.T, inst *installation, pod *corev1.Pod, container, node stri
 	configMaps[cilium.ConfigMapName] = maps.Clone(configMaps[cilium.ConfigMapName])
 	maps.Copy(configMaps[cilium.ConfigMapName], ciliumoperator.Config(9234, 9963))
 
-	c, err := podrun.ForPod(ctx, envtest.Config, pod, container)
+	c, err := podrun.ForPod(ctx, envtest, pod, container)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -403,7 +403,7 @@ func TestBareInternalIPsFailVerification(t *testing.T) {
 	}
 	// Why: Go verifies an IP host against the certificate's IP SANs, as Cilium's client does for a bare-IP URL.
 	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(testenv.GardenerCertificates.CA.CertificatePEM)
+	roots.AppendCertsFromPEM(envtest.Certificates.CA.CertificatePEM)
 	conn, err := tls.Dial("tcp", sandbox.APIServer, &tls.Config{RootCAs: roots, ServerName: podrun.ControlPlaneIPs[0]})
 	if err == nil {
 		conn.Close()

@@ -22,11 +22,12 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	if err := podrun.ServeAsShoot("shoot--local--connect"); err != nil {
+	certs, err := podrun.ShootCertificates("shoot--local--connect")
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	os.Exit(testenv.RunSuite(m, fixtures.Shoot(true), setup))
+	os.Exit(testenv.RunSuite(m, fixtures.Shoot(true), testenv.Options{Certificates: certs}, setup))
 }
 
 func setup(ctx context.Context, e *testenv.Env) (func(), error) {

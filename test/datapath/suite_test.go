@@ -27,7 +27,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "the datapath suite cannot run:", err)
 		os.Exit(1)
 	}
-	if err := podrun.ServeAsShoot("shoot--local--datapath"); err != nil {
+	certs, err := podrun.ShootCertificates("shoot--local--datapath")
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -41,7 +42,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	code := testenv.RunSuite(m, fixtures.WithExposureConfig(fixtures.Shoot(true), fixtures.ExposureConfigL2), setup)
+	code := testenv.RunSuite(m, fixtures.WithExposureConfig(fixtures.Shoot(true), fixtures.ExposureConfigL2), testenv.Options{Certificates: certs}, setup)
 	problems, err := before.Leftovers(prefix, agent)
 	if err != nil {
 		problems = append(problems, err.Error())

@@ -100,13 +100,7 @@ func TestSucceededMeansAnnounced(t *testing.T) {
 	stopWorker()
 
 	holdLease(t, service, "cp-1")
-	if err := testenv.WaitFor(ctx, time.Minute, func(ctx context.Context) (bool, error) {
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(exp), exp); err != nil {
-			return false, err
-		}
-		op := exp.Status.LastOperation
-		return op != nil && op.State == gardencorev1beta1.LastOperationStateSucceeded, nil
-	}); err != nil {
+	if err := testenv.WaitUntilReady(ctx, env.Client, exp, time.Minute); err != nil {
 		t.Fatalf("the exposure did not succeed once cp-1 announced: %v (%+v)", err, exp.Status.LastError)
 	}
 	events := &corev1.EventList{}

@@ -49,15 +49,8 @@ func expose(t *testing.T, name, providerConfig string, mutate ...func(*extension
 
 func waitForFinalState(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure) {
 	t.Helper()
-	if err := testenv.WaitFor(context.Background(), time.Minute, func(ctx context.Context) (bool, error) {
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(exp), exp); err != nil {
-			return false, err
-		}
-		op := exp.Status.LastOperation
-		if op == nil || exp.Status.ObservedGeneration != exp.Generation || exp.Annotations["gardener.cloud/operation"] != "" {
-			return false, nil
-		}
-		return op.State == gardencorev1beta1.LastOperationStateSucceeded || op.State == gardencorev1beta1.LastOperationStateError, nil
+	if err := env.WaitForLastOperation(context.Background(), exp, time.Minute, func(op *gardencorev1beta1.LastOperation) bool {
+		return op.State == gardencorev1beta1.LastOperationStateSucceeded || op.State == gardencorev1beta1.LastOperationStateError
 	}); err != nil {
 		t.Fatalf("exposure %s has no final state: %v", exp.Name, err)
 	}

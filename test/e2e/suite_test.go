@@ -28,7 +28,7 @@ const ciliumVersion = "1.19.7"
 
 func TestMain(m *testing.M) {
 	shoot := fixtures.WithExposureConfig(fixtures.Shoot(true), fixtures.ExposureConfigL2)
-	os.Exit(testenv.RunSuite(m, shoot, setup))
+	os.Exit(testenv.RunSuite(m, shoot, testenv.Options{}, setup))
 }
 
 // unannounced is the exposure whose VIP nobody announces until its test says so.

@@ -35,12 +35,12 @@ func ForExtension(ctx context.Context, env *testenv.Env, node, podIP string) (Co
 	if err != nil {
 		return Container{}, err
 	}
-	if testenv.GardenerCertificates == nil {
-		return Container{}, fmt.Errorf("kube-apiserver serves no Gardener certificates (ServeAsShoot)")
+	if env.Certificates == nil {
+		return Container{}, fmt.Errorf("kube-apiserver serves no Gardener certificates (ShootCertificates)")
 	}
 	return Container{
 		Pod: pod, Name: pod.Spec.Containers[0].Name, Node: node, PodIP: podIP,
-		Binary: env.ExtensionCommand()[0], Token: token, CA: testenv.GardenerCertificates.CA.CertificatePEM,
+		Binary: env.ExtensionCommand()[0], Token: token, CA: env.Certificates.CA.CertificatePEM,
 	}, nil
 }
 

@@ -348,10 +348,10 @@ func (s *Sandbox) Start(c Container) (*Started, error) {
 	return &Started{Process: process, volumes: volumes}, nil
 }
 
-// ForPod is container name of pod as kubelet would start it from the cluster of config: the Cilium binary its command
-// runs (test/ciliumbin), a token of the pod's ServiceAccount, and the cluster CA of Gardener's certificates. The caller
+// ForPod is container name of pod as kubelet would start it in env's cluster: the Cilium binary its command runs
+// (test/ciliumbin), a token of the pod's ServiceAccount, and the cluster CA of Gardener's certificates. The caller
 // adds the node, the ConfigMaps and the directories.
-func ForPod(ctx context.Context, config *rest.Config, pod *corev1.Pod, name string) (Container, error) {
+func ForPod(ctx context.Context, env *testenv.Env, pod *corev1.Pod, name string) (Container, error) {
 	containers := slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers)
 	i := slices.IndexFunc(containers, func(c corev1.Container) bool { return c.Name == name })
 	if i < 0 {
@@ -365,14 +365,14 @@ func ForPod(ctx context.Context, config *rest.Config, pod *corev1.Pod, name stri
 	if err != nil {
 		return Container{}, err
 	}
-	token, err := Token(ctx, config, pod)
+	token, err := Token(ctx, env.Config, pod)
 	if err != nil {
 		return Container{}, err
 	}
-	if testenv.GardenerCertificates == nil {
-		return Container{}, fmt.Errorf("kube-apiserver serves no Gardener certificates (ServeAsShoot)")
+	if env.Certificates == nil {
+		return Container{}, fmt.Errorf("kube-apiserver serves no Gardener certificates (ShootCertificates)")
 	}
-	return Container{Pod: pod, Name: name, Binary: binary, Token: token, CA: testenv.GardenerCertificates.CA.CertificatePEM}, nil
+	return Container{Pod: pod, Name: name, Binary: binary, Token: token, CA: env.Certificates.CA.CertificatePEM}, nil
 }
 
 // Token is a token of pod's ServiceAccount, as the kubelet's projected service-account volume holds it.

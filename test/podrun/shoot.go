@@ -19,18 +19,14 @@ const ClusterIP = "10.96.0.1"
 // ControlPlaneIPs are the InternalIPs NewShootSandbox gives the fixture control-plane nodes cp-0, cp-1 and cp-2.
 var ControlPlaneIPs = []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"}
 
-// ServeAsShoot prepares a suite whose Cilium runs in namespaces (which needs root): kube-apiserver will serve a
-// certificate made as Gardener makes it for the self-hosted shoot technicalID, holding ClusterIP.
-func ServeAsShoot(technicalID string) error {
+// ShootCertificates are the certificates for a suite whose Cilium runs in namespaces (which needs root), for
+// testenv.Options: kube-apiserver serves a certificate made as Gardener makes it for the self-hosted shoot
+// technicalID, holding ClusterIP.
+func ShootCertificates(technicalID string) (*testenv.Certificates, error) {
 	if os.Getuid() != 0 {
-		return fmt.Errorf("running Cilium in network and mount namespaces needs root")
+		return nil, fmt.Errorf("running Cilium in network and mount namespaces needs root")
 	}
-	certs, err := testenv.NewGardenerCertificates(technicalID, "shoot.example.com", net.ParseIP(ClusterIP))
-	if err != nil {
-		return err
-	}
-	testenv.GardenerCertificates = certs
-	return nil
+	return testenv.NewGardenerCertificates(technicalID, "shoot.example.com", net.ParseIP(ClusterIP))
 }
 
 // NewShootSandbox gives the fixture nodes of env loopback InternalIPs (ControlPlaneIPs for the control plane, which

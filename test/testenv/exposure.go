@@ -6,12 +6,14 @@ import (
 	"maps"
 	"time"
 
+	"github.com/go-logr/logr"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
 	v1beta1constants "github.com/gardener/gardener/pkg/apis/core/v1beta1/constants"
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
+	"github.com/gardener/gardener/pkg/extensions"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
 )
@@ -30,6 +32,18 @@ func (e *Env) RequestReconcile(ctx context.Context, exp *extensionsv1alpha1.Self
 	exp.Annotations[v1beta1constants.GardenerOperation] = v1beta1constants.GardenerOperationReconcile
 	return e.Client.Patch(ctx, exp, patch)
 }
+
+// WaitUntilReady waits until the exposure is ready as gardenadm sees it: Gardener's own wait for extension objects
+// (extensions.WaitUntilExtensionObjectReady with health.CheckExtensionObject, which the selfhostedshootexposure
+// component of gardenadm and gardenlet calls), that is reconciled at its generation, the operation annotation gone,
+// no lastError and the last operation Succeeded. exp is kept up to date; on timeout the error says what was missing.
+func WaitUntilReady(ctx context.Context, c client.Client, exp *extensionsv1alpha1.SelfHostedShootExposure, timeout time.Duration) error {
+	return extensions.WaitUntilExtensionObjectReady(ctx, c, logr.Discard(), exp, extensionsv1alpha1.SelfHostedShootExposureResource,
+		readyPollInterval, timeout, timeout, nil)
+}
+
+// readyPollInterval is how often WaitUntilReady looks.
+const readyPollInterval = 100 * time.Millisecond
 
 // WaitForLastOperation waits until the exposure has been reconciled at its generation, its operation annotation is
 // gone, and its last operation satisfies done. exp is kept up to date.

@@ -14,10 +14,6 @@ import (
 	secretsutils "github.com/gardener/gardener/pkg/utils/secrets"
 )
 
-// GardenerCertificates, when set before Start, replaces envtest's serving certificate of kube-apiserver with one
-// generated as Gardener generates it for a self-hosted shoot.
-var GardenerCertificates *Certificates
-
 // Certificates are a cluster CA and kube-apiserver's serving certificate signed by it.
 type Certificates struct {
 	// CA is the cluster CA, which a pod finds as ca.crt of its service-account volume.

@@ -28,8 +28,8 @@ import (
 // The extension runs as a process, not in the test binary: Gardener's webhook framework (v1.150) races with itself on
 // the webhook configuration object between its one-shot registration and its certificate controller, which would fail
 // every run under -race.
-func RunSuite(m *testing.M, shoot *gardencorev1beta1.Shoot, setup Setup) int {
-	code, err := runSuite(m, shoot, setup)
+func RunSuite(m *testing.M, shoot *gardencorev1beta1.Shoot, opts Options, setup Setup) int {
+	code, err := runSuite(m, shoot, opts, setup)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -60,8 +60,8 @@ func UseWithFakeLBIPAM(env **Env) Setup {
 	}
 }
 
-func runSuite(m *testing.M, shoot *gardencorev1beta1.Shoot, setup Setup) (int, error) {
-	env, err := Start()
+func runSuite(m *testing.M, shoot *gardencorev1beta1.Shoot, opts Options, setup Setup) (int, error) {
+	env, err := Start(opts)
 	if err != nil {
 		return 1, err
 	}

@@ -22,7 +22,6 @@ import (
 
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
 
-	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/health"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
 )
 
@@ -33,6 +32,8 @@ type Env struct {
 	Client      client.Client
 	// Kubeconfig is the path of a cluster-admin kubeconfig for processes and flags.
 	Kubeconfig string
+	// Certificates are those of Options: nil while kube-apiserver serves envtest's own.
+	Certificates *Certificates
 	// Dir is a scratch directory removed by Stop.
 	Dir string
 	// APIServerLog and EtcdLog are where kube-apiserver and etcd write their logs (in Dir): kube-apiserver traces
@@ -66,9 +67,15 @@ var CiliumCRDDirs = []string{
 	"pkg/k8s/apis/cilium.io/client/crds/v2alpha1",
 }
 
-// CiliumCRDsAtStart installs Cilium's CRDs with the control plane. A suite that starts the extension before Cilium
-// is installed, as gardenadm does, sets it to false and calls InstallCiliumCRDs later.
-var CiliumCRDsAtStart = true
+// Options say how Start sets up the control plane.
+type Options struct {
+	// WithoutCiliumCRDs leaves Cilium's CRDs out: a suite that starts the extension before Cilium is installed, as
+	// gardenadm does, calls InstallCiliumCRDs later.
+	WithoutCiliumCRDs bool
+	// Certificates, when set, replace envtest's serving certificate of kube-apiserver with one generated as Gardener
+	// generates it for a self-hosted shoot (NewGardenerCertificates).
+	Certificates *Certificates
+}
 
 func ciliumCRDPaths() ([]string, error) {
 	ciliumDir, err := ModuleDir("github.com/cilium/cilium")
@@ -113,9 +120,9 @@ func ModuleDir(module string) (string, error) {
 // AdvertiseAddress is the address kube-apiserver publishes in the `kubernetes` Service's EndpointSlice.
 const AdvertiseAddress = "198.51.100.200"
 
-// Start starts kube-apiserver and etcd from KUBEBUILDER_ASSETS with Gardener's CRDs and, unless CiliumCRDsAtStart is
-// false, Cilium's installed.
-func Start() (*Env, error) {
+// Start starts kube-apiserver and etcd from KUBEBUILDER_ASSETS with Gardener's CRDs and, unless opts leave them out,
+// Cilium's installed.
+func Start(opts Options) (*Env, error) {
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {
 		return nil, errors.New("KUBEBUILDER_ASSETS is not set: run `make test`, or point it at the output of hack/envtest/build.sh")
@@ -128,7 +135,7 @@ func Start() (*Env, error) {
 	for _, f := range GardenerCRDs {
 		crds = append(crds, filepath.Join(gardener, "example", "seed-crds", f))
 	}
-	if CiliumCRDsAtStart {
+	if !opts.WithoutCiliumCRDs {
 		cilium, err := ciliumCRDPaths()
 		if err != nil {
 			return nil, err
@@ -161,13 +168,13 @@ func Start() (*Env, error) {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	if GardenerCertificates != nil {
-		if err := GardenerCertificates.install(apiServer); err != nil {
+	if opts.Certificates != nil {
+		if err := opts.Certificates.install(apiServer); err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, err
 		}
 	}
-	e := &Env{Environment: env, Dir: dir, APIServerLog: filepath.Join(dir, "kube-apiserver.log"), EtcdLog: filepath.Join(dir, "etcd.log")}
+	e := &Env{Environment: env, Certificates: opts.Certificates, Dir: dir, APIServerLog: filepath.Join(dir, "kube-apiserver.log"), EtcdLog: filepath.Join(dir, "etcd.log")}
 	apiServerLog, err := e.createLog(e.APIServerLog)
 	if err != nil {
 		e.Stop()
@@ -239,7 +246,7 @@ func (e *Env) RestartAPIServer(downtime time.Duration) error {
 	if err := apiServer.Stop(); err != nil {
 		return fmt.Errorf("stopping kube-apiserver: %w", err)
 	}
-	time.Sleep(downtime)
+	time.Sleep(downtime) // the outage itself, not a wait for a condition
 	if err := apiServer.Start(); err != nil {
 		return fmt.Errorf("starting kube-apiserver again: %w", err)
 	}
@@ -275,20 +282,10 @@ func (e *Env) ExtensionFlags(kubeconfig, namespace string, webhookPort int) []st
 		"--metrics-bind-address=" + e.MetricsAddress,
 		"--health-bind-address=" + e.HealthAddress,
 		"--log-format=text",
-		"--endpoint-probe-interval=" + probeInterval(),
+		// The fixture nodes' InternalIPs are not on this machine, and no probe may leave it; test/integration/endpointhealth
+		// runs the extension as its chart's pod, with probing on, where those addresses exist.
+		"--endpoint-probe-interval=0",
 	}
-}
-
-// ProbeEndpoints, when set before the extension starts, lets it probe the kube-apiservers behind the exposures'
-// endpoints as in production. Otherwise probing is off: the fixture nodes' InternalIPs are not on this machine, and
-// no probe may leave it.
-var ProbeEndpoints bool
-
-func probeInterval() string {
-	if ProbeEndpoints {
-		return health.DefaultSettings.Interval.String()
-	}
-	return "0"
 }
 
 // WaitFor polls cond every 100ms until it returns true or timeout passes. An error from cond does not end the wait

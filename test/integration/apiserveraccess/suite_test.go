@@ -13,5 +13,5 @@ import (
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.RunSuite(m, fixtures.Shoot(true), testenv.Use(&env)))
+	os.Exit(testenv.RunSuite(m, fixtures.Shoot(true), testenv.Options{}, testenv.Use(&env)))
 }

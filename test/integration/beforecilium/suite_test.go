@@ -14,7 +14,6 @@ import (
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
-	testenv.CiliumCRDsAtStart = false
 	shoot := fixtures.WithExposureConfig(fixtures.Shoot(true), fixtures.ExposureConfigL2)
-	os.Exit(testenv.RunSuite(m, shoot, testenv.UseWithFakeLBIPAM(&env)))
+	os.Exit(testenv.RunSuite(m, shoot, testenv.Options{WithoutCiliumCRDs: true}, testenv.UseWithFakeLBIPAM(&env)))
 }

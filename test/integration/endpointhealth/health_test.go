@@ -99,9 +99,7 @@ func TestUnreadyEndpointsAreTakenOut(t *testing.T) {
 		}
 		_ = env.Client.Delete(context.Background(), exp)
 	})
-	if err := env.WaitForLastOperation(ctx, exp, time.Minute, func(op *gardencorev1beta1.LastOperation) bool {
-		return op.State == gardencorev1beta1.LastOperationStateSucceeded
-	}); err != nil {
+	if err := testenv.WaitUntilReady(ctx, env.Client, exp, time.Minute); err != nil {
 		t.Fatalf("the exposure never succeeded: %v (lastError %v)", err, exp.Status.LastError)
 	}
 	waitUntilPublished(t, exp, all(true), "EndpointsReady")

@@ -28,12 +28,13 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	if err := podrun.ServeAsShoot("shoot--local--health"); err != nil {
+	certs, err := podrun.ShootCertificates("shoot--local--health")
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	shoot := fixtures.WithExposureConfig(fixtures.Shoot(true), fixtures.ExposureConfigL2)
-	os.Exit(testenv.RunSuite(m, shoot, setup))
+	os.Exit(testenv.RunSuite(m, shoot, testenv.Options{Certificates: certs}, setup))
 }
 
 func setup(ctx context.Context, e *testenv.Env) (func(), error) {

@@ -49,9 +49,16 @@ func reconcile(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure, mu
 	}
 }
 
-// waitForState waits until the exposure's last operation has the state and the annotation is gone.
+// waitForState waits until the exposure's last operation has the state and the annotation is gone; Succeeded is
+// waited for with gardenadm's own check (testenv.WaitUntilReady).
 func waitForState(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure, state gardencorev1beta1.LastOperationState) {
 	t.Helper()
+	if state == gardencorev1beta1.LastOperationStateSucceeded {
+		if err := testenv.WaitUntilReady(context.Background(), env.Client, exp, 45*time.Second); err != nil {
+			t.Fatalf("exposure %s never became ready: %v", exp.Name, err)
+		}
+		return
+	}
 	if err := env.WaitForLastOperation(context.Background(), exp, 45*time.Second, func(op *gardencorev1beta1.LastOperation) bool {
 		return op.State == state
 	}); err != nil {

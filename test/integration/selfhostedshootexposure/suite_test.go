@@ -14,7 +14,7 @@ var env *testenv.Env
 
 func TestMain(m *testing.M) {
 	shoot := fixtures.WithExposureConfig(fixtures.Shoot(true), fixtures.ExposureConfigL2)
-	os.Exit(testenv.RunSuite(m, shoot, testenv.UseWithFakeLBIPAM(&env)))
+	os.Exit(testenv.RunSuite(m, shoot, testenv.Options{}, testenv.UseWithFakeLBIPAM(&env)))
 }
 
 // ciliumVersion is the chart whose cilium-config the suite installs.

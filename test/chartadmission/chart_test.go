@@ -1,4 +1,6 @@
-package apiserveraccess_test
+// Package chartadmission sends the objects of Cilium's real charts, upstream's for each supported version and Gardener's
+// networking-cilium, through the webhooks' admission handlers as kube-apiserver would, and checks what comes back.
+package chartadmission_test
 
 import (
 	"context"
