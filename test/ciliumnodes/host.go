@@ -59,8 +59,10 @@ func SnapshotHost() (*HostState, error) {
 	}
 	for _, l := range strings.Split(strings.TrimSpace(string(mountinfo)), "\n") {
 		// Network namespaces are pinned under /run/netns, also by suites running in parallel; this suite's are
-		// checked by name.
-		if f := strings.Fields(l); len(f) > 4 && !strings.HasPrefix(f[4], "/run/netns/") {
+		// checked by name. /run/netns itself becomes a mount point the first time anything on the machine creates a
+		// named namespace (iproute2's ip/ipnetns.c netns_add makes it a shared bind mount) and stays one until reboot;
+		// on a fresh machine that may be another suite, during this one.
+		if f := strings.Fields(l); len(f) > 4 && f[4] != "/run/netns" && !strings.HasPrefix(f[4], "/run/netns/") {
 			s.mounts = append(s.mounts, f[4])
 		}
 	}
