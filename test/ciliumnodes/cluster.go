@@ -6,7 +6,7 @@
 // cgroup2 subtree of its own for socket load-balancing, /proc/sys/kernel read-only, and what kubelet gives the pod
 // (test/podrun). "kube-apiserver on each control-plane node" is a proxy at the node's InternalIP:443 and at
 // localhost:443 inside it, in front of the test's kube-apiserver, whose certificate is made as Gardener makes it
-// (podrun.ServeAsShoot). Whatever reaches the `kubernetes` Service's backend address inside a node (where Cilium's
+// (podrun.ShootCertificates). Whatever reaches the `kubernetes` Service's backend address inside a node (where Cilium's
 // kube-proxy replacement sends a connection to the ClusterIP) is counted, and so is every packet a node sends to the
 // ClusterIP or the VIP untranslated (Attempts).
 package ciliumnodes

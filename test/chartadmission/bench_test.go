@@ -1,4 +1,4 @@
-package apiserveraccess_test
+package chartadmission_test
 
 import (
 	"context"
