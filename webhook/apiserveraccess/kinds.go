@@ -8,7 +8,6 @@ import (
 	"gomodules.xyz/jsonpatch/v2"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/util/diff"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -119,8 +118,19 @@ func kindOf(obj client.Object) *kind {
 // patchOf is the JSON patch from original to mutated. It refuses a mutation that changed anything the kind does not
 // let it change: such a change would not reach the object, and the webhook would silently not do what it says.
 func (k *kind) patchOf(original, mutated client.Object) ([]jsonpatch.JsonPatchOperation, error) {
-	if rest, mutatedRest := k.withoutMutable(original), k.withoutMutable(mutated); !equality.Semantic.DeepEqual(rest, mutatedRest) {
-		return nil, fmt.Errorf("the mutation of %s %s changed fields it may not change: %s", k.name, original.GetName(), diff.Diff(rest, mutatedRest))
+	// The mutable fields are taken out of both objects for the comparison and put back: copying whole objects for it
+	// cost more than the rest of the patch.
+	originalMutable, mutatedMutable := k.takeMutable(original), k.takeMutable(mutated)
+	var err error
+	// reflect.DeepEqual rather than equality.Semantic: strict, and without the allocations of the latter, which were a
+	// tenth of an admission's.
+	if !reflect.DeepEqual(original, mutated) {
+		err = fmt.Errorf("the mutation of %s %s changed fields it may not change: %s", k.name, original.GetName(), diff.Diff(original, mutated))
+	}
+	k.restoreMutable(original, originalMutable)
+	k.restoreMutable(mutated, mutatedMutable)
+	if err != nil {
+		return nil, err
 	}
 	var ops []jsonpatch.JsonPatchOperation
 	if k.data != nil {
@@ -132,20 +142,57 @@ func (k *kind) patchOf(original, mutated client.Object) ([]jsonpatch.JsonPatchOp
 	return ops, nil
 }
 
-// withoutMutable is a copy of obj without the fields a mutation may change.
-func (k *kind) withoutMutable(obj client.Object) client.Object {
-	rest := obj.DeepCopyObject().(client.Object)
+// mutableFields are the fields of an object that a mutation may change.
+type mutableFields struct {
+	data        map[string]string
+	hostAliases []corev1.HostAlias
+	volumes     []corev1.Volume
+	containers  []containerFields
+}
+
+// containerFields are the fields of a container that a mutation may change.
+type containerFields struct {
+	env          []corev1.EnvVar
+	args         []string
+	command      []string
+	volumeMounts []corev1.VolumeMount
+}
+
+// takeMutable takes the mutable fields out of obj, leaving them empty.
+func (k *kind) takeMutable(obj client.Object) mutableFields {
+	var m mutableFields
 	if k.data != nil {
-		*k.data(rest) = nil
+		m.data, *k.data(obj) = *k.data(obj), nil
 	}
 	if k.podSpec != nil {
-		spec := k.podSpec(rest)
-		spec.HostAliases, spec.Volumes = nil, nil
+		spec := k.podSpec(obj)
+		m.hostAliases, m.volumes, spec.HostAliases, spec.Volumes = spec.HostAliases, spec.Volumes, nil, nil
 		for _, containers := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
 			for i := range containers {
-				containers[i].Env, containers[i].Args, containers[i].Command, containers[i].VolumeMounts = nil, nil, nil, nil
+				c := &containers[i]
+				m.containers = append(m.containers, containerFields{c.Env, c.Args, c.Command, c.VolumeMounts})
+				c.Env, c.Args, c.Command, c.VolumeMounts = nil, nil, nil, nil
 			}
 		}
 	}
-	return rest
+	return m
+}
+
+// restoreMutable puts back what takeMutable took out of obj.
+func (k *kind) restoreMutable(obj client.Object, m mutableFields) {
+	if k.data != nil {
+		*k.data(obj) = m.data
+	}
+	if k.podSpec != nil {
+		spec := k.podSpec(obj)
+		spec.HostAliases, spec.Volumes = m.hostAliases, m.volumes
+		n := 0
+		for _, containers := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+			for i := range containers {
+				c, f := &containers[i], m.containers[n]
+				c.Env, c.Args, c.Command, c.VolumeMounts = f.env, f.args, f.command, f.volumeMounts
+				n++
+			}
+		}
+	}
 }
