@@ -13,11 +13,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	extensionswebhook "github.com/gardener/gardener/extensions/pkg/webhook"
+
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fakemanager"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
 )
 
@@ -209,4 +214,29 @@ type changeMutator func(*corev1.Pod)
 func (m changeMutator) Mutate(_ context.Context, obj, _ client.Object) error {
 	m(obj.(*corev1.Pod))
 	return nil
+}
+
+// TestEveryRegisteredTypeHasAKind: every type a webhook registers in the MutatingWebhookConfiguration is one the kind
+// table decodes, selects and patches; otherwise kube-apiserver would send objects that the handler only counts as
+// errors.
+func TestEveryRegisteredTypeHasAKind(t *testing.T) {
+	s := scheme.New()
+	mgr := fakemanager.Manager{Scheme: s, Client: fake.NewClientBuilder().WithScheme(s).Build()}
+	for _, add := range []func(manager.Manager) (*extensionswebhook.Webhook, error){AddAgentWebhook, AddOperatorWebhook, AddConfigWebhook} {
+		wh, err := add(mgr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, typ := range wh.Types {
+			k := kindOf(typ.Obj)
+			if k == nil {
+				t.Errorf("webhook %s registers %T, which has no kind", wh.Name, typ.Obj)
+				continue
+			}
+			gvk, err := apiutil.GVKForObject(typ.Obj, s)
+			if err != nil || gvk.Kind != k.name || kindNamed(gvk.Kind) != k {
+				t.Errorf("webhook %s: %T is %s in the scheme, kind %s in the table (%v)", wh.Name, typ.Obj, gvk.Kind, k.name, err)
+			}
+		}
+	}
 }
