@@ -60,7 +60,10 @@ type AddOptions struct {
 //     LB-IPAM restarted), which no exposure event reports;
 //   - the Cluster trigger: gardenadm edits only the Cluster when the Shoot's exposure configuration changes
 //     (gardener v1.150 does not copy it into the exposure);
-//   - the health trigger: the probers see a kube-apiserver go out or come back, which no API object reports.
+//   - the health trigger: the probers see a kube-apiserver go out or come back, which no API object reports;
+//   - not a wait, but a second cache: the owned objects are listed from metadata informers of their own
+//     (ownedObjects), because kube-apiserver answers label-selected lists of a kind whose watch cache is still
+//     initialising with 429 and a second's Retry-After, which made every first reconciliation after a start slow.
 //
 // These triggers are separate controllers because their sources differ (a Service, a Cluster, a channel); they share
 // requestReconcile.
