@@ -31,7 +31,6 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/health"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/network"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/identity"
 )
 
 // Conditions that Cilium's LB-IPAM writes (operator/pkg/lbipam).
@@ -84,7 +83,7 @@ func (a *actuator) Reconcile(ctx context.Context, log logr.Logger, exp *extensio
 	if err != nil {
 		return nil, err
 	}
-	a.health.Track(exposureKey(exp), addresses)
+	a.health.Track(client.ObjectKeyFromObject(exp), addresses)
 	states := a.health.States(addresses)
 	notReady, allFailing := health.Publish(states)
 	in.NotReady = notReady
@@ -229,7 +228,7 @@ func (a *actuator) ForceDelete(ctx context.Context, log logr.Logger, exp *extens
 }
 
 func (a *actuator) delete(ctx context.Context, log logr.Logger, exp *extensionsv1alpha1.SelfHostedShootExposure, wait bool) error {
-	a.health.Untrack(exposureKey(exp))
+	a.health.Untrack(client.ObjectKeyFromObject(exp))
 	if err := a.deleteService(ctx, exp.Namespace, resources.ServiceName(exp.Name), wait); err != nil {
 		return err
 	}
@@ -259,7 +258,8 @@ func (a *actuator) deleteService(ctx context.Context, namespace, name string, wa
 	return nil
 }
 
-// deleteOwned deletes the objects of every owned kind that carry the exposure's labels and are not among keep.
+// deleteOwned deletes the objects of every owned kind that carry the exposure's labels (this extension's managed-by
+// label among them) and are not among keep.
 func (a *actuator) deleteOwned(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, keep []client.Object, from lister) error {
 	kept := sets.New[string]()
 	for _, obj := range keep {
@@ -280,7 +280,7 @@ func (a *actuator) deleteOwned(ctx context.Context, exp *extensionsv1alpha1.Self
 		}
 		for i := range list.Items {
 			obj := &list.Items[i]
-			if kept.Has(kind.Kind+"/"+obj.Name) || obj.Labels[identity.LabelManagedBy] != identity.Name {
+			if kept.Has(kind.Kind + "/" + obj.Name) {
 				continue
 			}
 			obj.SetGroupVersionKind(kind.GroupVersionKind)

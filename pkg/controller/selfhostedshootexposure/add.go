@@ -65,8 +65,8 @@ type AddOptions struct {
 //     (ownedObjects), because kube-apiserver answers label-selected lists of a kind whose watch cache is still
 //     initialising with 429 and a second's Retry-After, which made every first reconciliation after a start slow.
 //
-// These triggers are separate controllers because their sources differ (a Service, a Cluster, a channel); they share
-// requestReconcile.
+// These triggers are separate controllers because their sources differ (a Service, a Cluster, a channel); the Service
+// and health triggers share exposureTrigger, and all three requestReconcile.
 func AddToManagerWithOptions(ctx context.Context, mgr manager.Manager, opts AddOptions) error {
 	// Informers the reconciliation reads start with the manager rather than on the first exposure, whose
 	// reconciliation would otherwise wait for their initial sync (gardenadm waits for the exposure); for the kinds

@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1beta1helper "github.com/gardener/gardener/pkg/api/core/v1beta1/helper"
@@ -36,10 +35,6 @@ const (
 	reasonEndpointsNotReady = "EndpointsNotReady"
 	reasonProbesFailing     = "EndpointProbesFailing"
 )
-
-func exposureKey(exp *extensionsv1alpha1.SelfHostedShootExposure) types.NamespacedName {
-	return client.ObjectKeyFromObject(exp)
-}
 
 // reportEndpoints sets ConditionEndpointsReady from the endpoints' states and what is published, and records an event
 // when it changes.
@@ -106,19 +101,7 @@ func addHealthTrigger(mgr manager.Manager, changes <-chan event.GenericEvent) er
 	return builder.ControllerManagedBy(mgr).
 		Named(healthTriggerName).
 		WatchesRawSource(source.Channel(changes, &handler.EnqueueRequestForObject{})).
-		Complete(&healthTrigger{client: mgr.GetClient()})
-}
-
-type healthTrigger struct {
-	client client.Client
-}
-
-func (t *healthTrigger) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	exp := &extensionsv1alpha1.SelfHostedShootExposure{}
-	if err := t.client.Get(ctx, req.NamespacedName, exp); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
-	}
-	return requestReconcile(ctx, t.client, exp)
+		Complete(&exposureTrigger{client: mgr.GetClient()})
 }
 
 // enqueue turns the exposures the registry reports into events for the health trigger. It gives up when the prober

@@ -61,7 +61,8 @@ func (o *ownedObjects) List(ctx context.Context, list client.ObjectList, opts ..
 	obj := &metav1.PartialObjectMetadata{}
 	obj.SetGroupVersionKind(list.GetObjectKind().GroupVersionKind())
 	obj.Kind = strings.TrimSuffix(obj.Kind, "List")
-	// Does not wait: an informer that the starter has not created or that has not synced is not asked.
+	// Does not wait: an informer that has not synced is not asked. One the starter has not created yet is created
+	// here and starts with the cache, as the starter's would.
 	informer, err := o.cache.GetInformer(ctx, obj, cache.BlockUntilSynced(false))
 	if err != nil || !informer.HasSynced() {
 		return o.reader.List(ctx, list, opts...)

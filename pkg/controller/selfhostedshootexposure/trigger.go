@@ -34,7 +34,7 @@ func addServiceTrigger(mgr manager.Manager) error {
 	return builder.ControllerManagedBy(mgr).
 		Named(serviceTriggerName).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(toExposure), builder.WithPredicates(ingressChanged)).
-		Complete(&serviceTrigger{client: mgr.GetClient()})
+		Complete(&exposureTrigger{client: mgr.GetClient(), wanted: vipNotInStatus})
 }
 
 func toExposure(_ context.Context, obj client.Object) []reconcile.Request {
@@ -54,26 +54,35 @@ var ingressChanged = predicate.Funcs{
 	GenericFunc: func(event.GenericEvent) bool { return false },
 }
 
-type serviceTrigger struct {
-	client client.Client
+// vipNotInStatus: the exposure's Service has a VIP that its status does not show.
+func vipNotInStatus(ctx context.Context, c client.Client, exp *extensionsv1alpha1.SelfHostedShootExposure) (bool, error) {
+	// Not even created yet: its first reconciliation reads the VIP itself. One in progress is not skipped: the cache
+	// may still show it in progress after it has ended, and a VIP that changed after it looked would be lost.
+	if exp.Status.LastOperation == nil {
+		return false, nil
+	}
+	svc := &corev1.Service{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: exp.Namespace, Name: resources.ServiceName(exp.Name)}, svc); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	return len(svc.Status.LoadBalancer.Ingress) > 0 && !equality.Semantic.DeepEqual(ingressOf(svc), exp.Status.Ingress), nil
 }
 
-func (t *serviceTrigger) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+// exposureTrigger asks for a reconciliation of the exposure a request names, when wanted (if set) says it is needed.
+type exposureTrigger struct {
+	client client.Client
+	wanted func(context.Context, client.Client, *extensionsv1alpha1.SelfHostedShootExposure) (bool, error)
+}
+
+func (t *exposureTrigger) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	exp := &extensionsv1alpha1.SelfHostedShootExposure{}
 	if err := t.client.Get(ctx, req.NamespacedName, exp); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	// Not even created yet: its first reconciliation reads the VIP itself. One in progress is not skipped: the cache
-	// may still show it in progress after it has ended, and a VIP that changed after it looked would be lost.
-	if exp.Status.LastOperation == nil {
-		return reconcile.Result{}, nil
-	}
-	svc := &corev1.Service{}
-	if err := t.client.Get(ctx, client.ObjectKey{Namespace: exp.Namespace, Name: resources.ServiceName(exp.Name)}, svc); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
-	}
-	if len(svc.Status.LoadBalancer.Ingress) == 0 || equality.Semantic.DeepEqual(ingressOf(svc), exp.Status.Ingress) {
-		return reconcile.Result{}, nil
+	if t.wanted != nil {
+		if wanted, err := t.wanted(ctx, t.client, exp); err != nil || !wanted {
+			return reconcile.Result{}, err
+		}
 	}
 	return requestReconcile(ctx, t.client, exp)
 }

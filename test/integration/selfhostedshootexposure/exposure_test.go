@@ -49,16 +49,17 @@ func reconcile(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure, mu
 	}
 }
 
-// waitForState waits until the exposure's last operation has the state and the annotation is gone; Succeeded is
-// waited for with gardenadm's own check (testenv.WaitUntilReady).
+// waitUntilReady waits until the exposure is ready as gardenadm checks it (testenv.WaitUntilReady).
+func waitUntilReady(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure) {
+	t.Helper()
+	if err := testenv.WaitUntilReady(context.Background(), env.Client, exp, 45*time.Second); err != nil {
+		t.Fatalf("exposure %s never became ready: %v", exp.Name, err)
+	}
+}
+
+// waitForState waits until the exposure's last operation has the state and the annotation is gone.
 func waitForState(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure, state gardencorev1beta1.LastOperationState) {
 	t.Helper()
-	if state == gardencorev1beta1.LastOperationStateSucceeded {
-		if err := testenv.WaitUntilReady(context.Background(), env.Client, exp, 45*time.Second); err != nil {
-			t.Fatalf("exposure %s never became ready: %v", exp.Name, err)
-		}
-		return
-	}
 	if err := env.WaitForLastOperation(context.Background(), exp, 45*time.Second, func(op *gardencorev1beta1.LastOperation) bool {
 		return op.State == state
 	}); err != nil {
@@ -106,7 +107,7 @@ func TestExposureLifecycle(t *testing.T) {
 	if err := env.Client.Create(ctx, exp); err != nil {
 		t.Fatal(err)
 	}
-	waitForState(t, exp, gardencorev1beta1.LastOperationStateSucceeded)
+	waitUntilReady(t, exp)
 	t.Logf("exposure Succeeded %s after creation", time.Since(start).Round(time.Millisecond))
 	if len(exp.Status.Ingress) != 1 || exp.Status.Ingress[0].IP != fixtures.ExposureVIP {
 		t.Fatalf("status.ingress %+v, want %s", exp.Status.Ingress, fixtures.ExposureVIP)
@@ -127,7 +128,7 @@ func TestExposureLifecycle(t *testing.T) {
 
 	// Endpoints follow spec.endpoints.
 	reconcile(t, exp, func(e *extensionsv1alpha1.SelfHostedShootExposure) { e.Spec.Endpoints = e.Spec.Endpoints[:2] })
-	waitForState(t, exp, gardencorev1beta1.LastOperationStateSucceeded)
+	waitUntilReady(t, exp)
 	sliceList := &discoveryv1.EndpointSliceList{}
 	if err := env.Client.List(ctx, sliceList, labelsOf(exp)); err != nil {
 		t.Fatal(err)
@@ -147,7 +148,7 @@ func TestExposureLifecycle(t *testing.T) {
 	reconcile(t, exp, func(e *extensionsv1alpha1.SelfHostedShootExposure) {
 		e.Spec.ProviderConfig = &runtime.RawExtension{Raw: []byte(fixtures.ExposureConfigBGP)}
 	})
-	waitForState(t, exp, gardencorev1beta1.LastOperationStateSucceeded)
+	waitUntilReady(t, exp)
 	// A watch begins with the existing Service's ADDED.
 	if got := order(); slices.Index(got, "CiliumBGPAdvertisement added") < 0 || slices.Index(got, "Service deleted") < slices.Index(got, "CiliumBGPAdvertisement added") {
 		t.Errorf("events in order %v: want the advertisement added before the Service of the old class is deleted", got)
@@ -234,7 +235,7 @@ func TestDeletionTouchesOnlyItsOwnObjects(t *testing.T) {
 		if err := env.Client.Create(ctx, exp); err != nil {
 			t.Fatal(err)
 		}
-		waitForState(t, exp, gardencorev1beta1.LastOperationStateSucceeded)
+		waitUntilReady(t, exp)
 	}
 	betaBefore := owned(t, beta)
 
@@ -270,7 +271,7 @@ func TestConflictingWriters(t *testing.T) {
 	createCiliumConfig(t)
 	exp := createInPool(t, "conflicts", "203.0.113.48/28", "203.0.113.50")
 	defer func() { _ = env.Client.Delete(ctx, exp) }()
-	waitForState(t, exp, gardencorev1beta1.LastOperationStateSucceeded)
+	waitUntilReady(t, exp)
 
 	svc := &corev1.Service{}
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: resources.ServiceName(exp.Name)}, svc); err != nil {
@@ -305,7 +306,7 @@ func TestConflictingWriters(t *testing.T) {
 			len(pool.Spec.Blocks) == 1 && pool.Spec.Blocks[0].Cidr == "203.0.113.48/28", nil
 	}
 	_ = testenv.WaitFor(ctx, 45*time.Second, restored)
-	waitForState(t, exp, gardencorev1beta1.LastOperationStateSucceeded)
+	waitUntilReady(t, exp)
 
 	if svc.Spec.AllocateLoadBalancerNodePorts == nil || *svc.Spec.AllocateLoadBalancerNodePorts || svc.Labels["team"] != "network" {
 		t.Errorf("Service: allocateLoadBalancerNodePorts %v (want false restored), label team %q (want the user's kept)",
@@ -332,7 +333,7 @@ func TestExtensionRestartMidReconcileAndMidDelete(t *testing.T) {
 	if err := env.RestartExtension(ctx, true); err != nil {
 		t.Fatal(err)
 	}
-	waitForState(t, exp, gardencorev1beta1.LastOperationStateSucceeded)
+	waitUntilReady(t, exp)
 	if got, want := owned(t, exp), map[string]int{"Service": 1, "EndpointSlice": 1, "CiliumLoadBalancerIPPool": 1, "CiliumL2AnnouncementPolicy": 1}; !equalCounts(got, want) {
 		t.Errorf("after a restart mid-reconcile: %v, want %v", got, want)
 	}
@@ -380,7 +381,7 @@ func TestAPIServerRestart(t *testing.T) {
 	ctx := context.Background()
 	createCiliumConfig(t)
 	exp := createInPool(t, "apiserver-restart", "203.0.113.96/28", "203.0.113.98")
-	waitForState(t, exp, gardencorev1beta1.LastOperationStateSucceeded)
+	waitUntilReady(t, exp)
 
 	if err := env.RestartAPIServer(3 * time.Second); err != nil {
 		t.Fatal(err)
@@ -417,9 +418,9 @@ func TestAPIServerRestart(t *testing.T) {
 	}
 
 	reconcile(t, exp, func(exp *extensionsv1alpha1.SelfHostedShootExposure) { exp.Spec.Endpoints = exp.Spec.Endpoints[1:] })
-	waitForState(t, exp, gardencorev1beta1.LastOperationStateSucceeded)
+	waitUntilReady(t, exp)
 	second := createInPool(t, "after-apiserver-restart", "203.0.113.112/28", "203.0.113.114")
-	waitForState(t, second, gardencorev1beta1.LastOperationStateSucceeded)
+	waitUntilReady(t, second)
 
 	want := map[string]int{"Service": 1, "EndpointSlice": 1, "CiliumLoadBalancerIPPool": 1, "CiliumL2AnnouncementPolicy": 1}
 	for _, e := range []*extensionsv1alpha1.SelfHostedShootExposure{exp, second} {

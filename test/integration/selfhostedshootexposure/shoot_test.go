@@ -134,7 +134,7 @@ func TestPrerequisitesFromTheShoot(t *testing.T) {
 	if cm.Data["enable-l2-announcements"] != "true" || cm.Data["l2-announcements-lease-duration"] != "5s" {
 		t.Errorf("cilium-config with the announcer: %v", cm.Data)
 	}
-	waitForState(t, exp, gardencorev1beta1.LastOperationStateSucceeded)
+	waitUntilReady(t, exp)
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(exp), exp); err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestShootProviderConfigEditApplies(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { deleteAndWait(t, exp) })
-	waitForState(t, exp, gardencorev1beta1.LastOperationStateSucceeded)
+	waitUntilReady(t, exp)
 
 	const moved = "203.0.113.12"
 	editShoot(t, func(s *gardencorev1beta1.Shoot) {
