@@ -12,6 +12,10 @@ ENVTEST_ASSETS   = $(shell hack/envtest/build.sh)
 CILIUM_OPERATOR  = $(shell hack/cilium/build.sh cilium-operator)
 CILIUM_DBG       = $(shell hack/cilium/build.sh cilium-dbg)
 CILIUM_AGENT     = $(shell hack/cilium/build.sh cilium-agent)
+# Empty when no copy is found: each suite that renders the chart then stops with the script's line naming what to run.
+NC_CHART         = $(shell hack/networking-cilium/chart.sh)
+# What the suites, the demo and the bench are told of the tools above.
+TOOLS_ENV        = KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CILIUM_OPERATOR="$(CILIUM_OPERATOR)" CILIUM_DBG="$(CILIUM_DBG)" CILIUM_AGENT="$(CILIUM_AGENT)" NETWORKING_CILIUM_CHART="$(NC_CHART)"
 TEST_FLAGS      ?= -race -shuffle=on -timeout=20m
 
 .PHONY: all
@@ -20,6 +24,18 @@ all: lint build test
 .PHONY: build
 build:
 	$(GO) build -o bin/$(BINARY) ./cmd/$(BINARY)
+
+# The system packages the suites need (hack/setup.sh is their one list): installed on Debian 12 and 13 as root, else
+# the exact command to run is printed. SKIP_SETUP=1 skips it.
+.PHONY: setup
+setup:
+	@hack/setup.sh
+
+# Gardener's networking-cilium chart at the commit hack/networking-cilium/chart.sh pins, fetched into $(CACHE_DIR) or
+# found in NETWORKING_CILIUM_CHART or ../shared/reference.
+.PHONY: networking-cilium-chart
+networking-cilium-chart:
+	@hack/networking-cilium/chart.sh >/dev/null
 
 # kube-apiserver and etcd for envtest, built from source into $(CACHE_DIR); rebuilt only when missing or re-pinned.
 .PHONY: envtest-assets
@@ -35,8 +51,8 @@ cilium-binaries:
 	@hack/cilium/build.sh cilium-agent
 
 .PHONY: test
-test: envtest-assets cilium-binaries
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CILIUM_OPERATOR="$(CILIUM_OPERATOR)" CILIUM_DBG="$(CILIUM_DBG)" CILIUM_AGENT="$(CILIUM_AGENT)" $(GO) test $(TEST_FLAGS) ./...
+test: setup envtest-assets cilium-binaries
+	$(TOOLS_ENV) $(GO) test $(TEST_FLAGS) ./...
 
 .PHONY: lint
 lint:
@@ -51,13 +67,13 @@ generate:
 	$(GO) run ./hack/generate-controller-registration
 
 .PHONY: demo
-demo: envtest-assets cilium-binaries build
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CILIUM_OPERATOR="$(CILIUM_OPERATOR)" CILIUM_DBG="$(CILIUM_DBG)" CILIUM_AGENT="$(CILIUM_AGENT)" $(GO) run ./hack/demo --extension=bin/$(BINARY) $(if $(KEEP),--keep) $(if $(CHART),--chart=$(CHART))
+demo: setup envtest-assets cilium-binaries build
+	$(TOOLS_ENV) $(GO) run ./hack/demo --extension=bin/$(BINARY) $(if $(KEEP),--keep) $(if $(CHART),--chart=$(CHART))
 
 # Benchmarks of the webhook and the exposure beside their floors; results under bench/results.
 .PHONY: bench
-bench: envtest-assets cilium-binaries
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CILIUM_OPERATOR="$(CILIUM_OPERATOR)" CILIUM_DBG="$(CILIUM_DBG)" CILIUM_AGENT="$(CILIUM_AGENT)" $(GO) run ./hack/bench --out bench/results
+bench: setup envtest-assets cilium-binaries
+	$(TOOLS_ENV) $(GO) run ./hack/bench --out bench/results
 
 # Fuzz each target for FUZZTIME; crashers land in testdata/fuzz and become regression tests of `make test`.
 FUZZTIME ?= 30s

@@ -5,11 +5,12 @@ package ciliumbin
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/repo"
 )
 
 // Binaries Path knows, each with the environment variable that overrides it.
@@ -30,17 +31,19 @@ func Path(name string) (string, error) {
 	if bin := os.Getenv(envVar); bin != "" {
 		return bin, nil
 	}
-	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
-	if err != nil {
-		return "", err
+	return repo.Script("hack/cilium/build.sh", name)
+}
+
+// Built is the prerequisite (a testenv.Prerequisite) of a suite that runs the binaries names: each is built if missing.
+func Built(names ...string) func() error {
+	return func() error {
+		for _, name := range names {
+			if _, err := Path(name); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
-	cmd := exec.Command(filepath.Join(strings.TrimSpace(string(root)), "hack", "cilium", "build.sh"), name)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("building %s: %w", name, err)
-	}
-	return strings.TrimSpace(string(out)), nil
 }
 
 // ForContainer is the binary that c's command runs, if it is one of Cilium's that Path knows.

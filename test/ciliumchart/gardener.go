@@ -3,47 +3,37 @@ package ciliumchart
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
+	"sync"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/helm"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/repo"
 )
 
-// GardenerChartEnv names the directory of Gardener's networking-cilium chart (charts/internal/cilium of
-// gardener/gardener-extension-networking-cilium), which the module proxy does not serve. Unset, the chart is read from
-// ../shared/reference/networking-cilium/charts/internal/cilium beside this repository.
+// GardenerChartEnv names a directory of Gardener's networking-cilium chart (charts/internal/cilium of
+// gardener/gardener-extension-networking-cilium at the commit hack/networking-cilium/chart.sh pins) to use instead of
+// the one that script fetches.
 const GardenerChartEnv = "NETWORKING_CILIUM_CHART"
 
 // GardenerVersion is the Cilium release networking-cilium's image vector deploys with the chart it ships
-// (imagevector/images.yaml of the referenced commit).
+// (imagevector/images.yaml of the pinned commit).
 const GardenerVersion = "1.19.7"
 
-// GardenerChartDir returns the directory of networking-cilium's chart: $NETWORKING_CILIUM_CHART, else
-// shared/reference/networking-cilium/charts/internal/cilium beside this repository or beside one of its ancestors.
-func GardenerChartDir() (string, error) {
-	if dir := os.Getenv(GardenerChartEnv); dir != "" {
-		return dir, nil
-	}
-	gomod, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("locating this repository: %w", err)
-	}
-	repo := filepath.Dir(strings.TrimSpace(string(gomod)))
-	for dir := repo; ; dir = filepath.Dir(dir) {
-		chart := filepath.Join(filepath.Dir(dir), "shared", "reference", "networking-cilium", "charts", "internal", "cilium")
-		if _, err := os.Stat(filepath.Join(chart, "Chart.yaml")); err == nil {
-			return chart, nil
-		}
-		if dir == filepath.Dir(dir) {
-			return "", fmt.Errorf("networking-cilium's chart is not at ../shared/reference/networking-cilium/charts/internal/cilium beside %s or an ancestor: set %s", repo, GardenerChartEnv)
-		}
-	}
+// GardenerChartScript finds networking-cilium's chart, checks it against the pin and says which copy it is.
+const GardenerChartScript = "hack/networking-cilium/chart.sh"
+
+// GardenerChartDir returns the directory of networking-cilium's chart as hack/networking-cilium/chart.sh finds it:
+// $NETWORKING_CILIUM_CHART, the copy it fetched into the tool cache, or the reference copy beside this repository, each
+// checked against the pinned tree. The script's report of which copy it is goes to stderr once per test binary.
+var GardenerChartDir = sync.OnceValues(func() (string, error) { return repo.Script(GardenerChartScript) })
+
+// GardenerChart is the prerequisite of the suites that render networking-cilium's chart (a testenv.Prerequisite).
+func GardenerChart() error {
+	_, err := GardenerChartDir()
+	return err
 }
 
 // GardenerValues are the values networking-cilium computes (pkg/charts/utils.go generateChartValues) for a self-hosted

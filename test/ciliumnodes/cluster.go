@@ -51,10 +51,10 @@ var NodeNames = []string{"cp-0", "cp-1", "cp-2", "worker-0"}
 // Available says why agents cannot run on this machine, or nil when they can.
 func Available() error {
 	if os.Getuid() != 0 {
-		return fmt.Errorf("agents need root for network namespaces, BPF and cgroups")
+		return fmt.Errorf("the agents need root for network namespaces, BPF and cgroups: run `sudo make test`")
 	}
 	if _, err := os.Stat(Clang); err != nil {
-		return fmt.Errorf("the agent compiles its BPF programs with %s (apt-get install clang-19 llvm-19): %w", Clang, err)
+		return fmt.Errorf("the agents compile their BPF programs with %s, which is missing: run `sudo hack/setup.sh`", Clang)
 	}
 	return nil
 }

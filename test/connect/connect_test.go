@@ -61,7 +61,9 @@ var charts = map[string]func() (*ciliumchart.Objects, error){
 
 var (
 	installMu sync.Mutex
-	installed = map[string]*installation{}
+	// installed holds every chart's installation, or the error that stopped the installations, after the first install.
+	installed  map[string]*installation
+	installErr error
 )
 
 // forEachChart runs test once for each chart's installation.
@@ -76,28 +78,40 @@ func forEachChart(t *testing.T, test func(t *testing.T, inst *installation)) {
 // cluster-admin (what is tested is how they connect, not their RBAC); and waits until the endpoints ConfigMap lists
 // the control-plane nodes.
 //
-// All charts are installed at the first call, before any test stores a `cilium-config` of its own.
+// All charts are installed at the first call, before any test stores a `cilium-config` of its own; when one cannot
+// be, every test that needs a chart fails with that error.
 func install(t *testing.T, chart string) *installation {
 	t.Helper()
 	installMu.Lock()
 	defer installMu.Unlock()
-	if len(installed) == 0 {
-		for name := range charts {
-			installed[name] = installChart(t, name)
+	if installed == nil && installErr == nil {
+		all := map[string]*installation{}
+		for _, name := range slices.Sorted(maps.Keys(charts)) {
+			inst, err := installChart(name)
+			if err != nil {
+				installErr = fmt.Errorf("installing %s: %w", name, err)
+				break
+			}
+			all[name] = inst
 		}
+		if installErr == nil {
+			installed = all
+		}
+	}
+	if installErr != nil {
+		t.Fatal(installErr)
 	}
 	return installed[chart]
 }
 
-func installChart(t *testing.T, chart string) *installation {
-	t.Helper()
+func installChart(chart string) (*installation, error) {
 	ctx := context.Background()
 	rendered, err := charts[chart]()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	if rendered.Version != version {
-		t.Fatalf("%s deploys Cilium %s, the operator binary is %s", chart, rendered.Version, version)
+		return nil, fmt.Errorf("%s deploys Cilium %s, the operator binary is %s", chart, rendered.Version, version)
 	}
 	inst := &installation{agent: rendered.Agent.DeepCopy(), operator: rendered.Operator.DeepCopy(), configMaps: map[string]map[string]string{}}
 	// The webhook patches only once the extension has its endpoints: until then a dry run comes back as rendered.
@@ -108,22 +122,22 @@ func installChart(t *testing.T, chart string) *installation {
 		}
 		return slices.ContainsFunc(inst.operator.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == apiserverendpoints.VolumeName }), nil
 	}); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	if err := envtest.Client.Create(ctx, inst.agent, client.DryRunAll); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	for _, obj := range rendered.All {
 		switch obj := obj.(type) {
 		case *corev1.ConfigMap:
 			admitted := obj.DeepCopy()
 			if err := envtest.Client.Create(ctx, admitted, client.DryRunAll); err != nil {
-				t.Fatal(err)
+				return nil, err
 			}
 			inst.configMaps[obj.Name] = admitted.Data
 		case *corev1.ServiceAccount:
 			if err := envtest.Client.Create(ctx, obj.DeepCopy()); err != nil && !apierrors.IsAlreadyExists(err) {
-				t.Fatal(err)
+				return nil, err
 			}
 		}
 	}
@@ -134,7 +148,7 @@ func installChart(t *testing.T, chart string) *installation {
 			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: cilium.Namespace, Name: sa}},
 		}
 		if err := envtest.Client.Create(ctx, binding); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
+			return nil, err
 		}
 	}
 	want := make([]string, 0, len(podrun.ControlPlaneIPs))
@@ -149,9 +163,9 @@ func installChart(t *testing.T, chart string) *installation {
 		inst.configMaps[apiserverendpoints.ConfigMapName] = cm.Data
 		return cm.Data[apiserverendpoints.KeyAPIServerURLs] == strings.Join(want, ","), nil
 	}); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	return inst
+	return inst, nil
 }
 
 // admitted creates pod through kube-apiserver, so that the webhook admits it, and returns it as stored.

@@ -6,11 +6,12 @@ package connect
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"strconv"
 	"testing"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumbin"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
@@ -22,10 +23,12 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if err := testenv.Check(testenv.Root, ciliumchart.GardenerChart, ciliumbin.Built(ciliumbin.Operator, ciliumbin.Dbg)); err != nil {
+		os.Exit(testenv.CannotRun(err))
+	}
 	certs, err := podrun.ShootCertificates("shoot--local--connect")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		os.Exit(testenv.CannotRun(err))
 	}
 	os.Exit(testenv.RunSuite(m, fixtures.Shoot(true), testenv.Options{Certificates: certs}, setup))
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumbin"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumnodes"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
@@ -23,19 +24,16 @@ var cluster *ciliumnodes.Cluster
 var prefix = "cdp" + strconv.Itoa(os.Getpid())
 
 func TestMain(m *testing.M) {
-	if err := ciliumnodes.Available(); err != nil {
-		fmt.Fprintln(os.Stderr, "the datapath suite cannot run:", err)
-		os.Exit(1)
+	if err := testenv.Check(ciliumnodes.Available, ciliumchart.GardenerChart, ciliumbin.Built(ciliumbin.Agent, ciliumbin.Dbg, ciliumbin.Operator)); err != nil {
+		os.Exit(testenv.CannotRun(err))
 	}
 	certs, err := podrun.ShootCertificates("shoot--local--datapath")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		os.Exit(testenv.CannotRun(err))
 	}
 	agent, err := ciliumbin.Path(ciliumbin.Agent)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		os.Exit(testenv.CannotRun(err))
 	}
 	before, err := ciliumnodes.SnapshotHost()
 	if err != nil {

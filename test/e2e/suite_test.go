@@ -11,6 +11,7 @@ import (
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumbin"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumoperator"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
@@ -28,7 +29,7 @@ const ciliumVersion = "1.19.7"
 
 func TestMain(m *testing.M) {
 	shoot := fixtures.WithExposureConfig(fixtures.Shoot(true), fixtures.ExposureConfigL2)
-	os.Exit(testenv.RunSuite(m, shoot, testenv.Options{}, setup))
+	os.Exit(testenv.RunSuite(m, shoot, testenv.Options{Prerequisites: []testenv.Prerequisite{ciliumbin.Built(ciliumbin.Operator)}}, setup))
 }
 
 // unannounced is the exposure whose VIP nobody announces until its test says so.

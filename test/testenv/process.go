@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/repo"
 )
 
 // Process is a program of the test running as a process with its output in a log file: the extension as it runs in
@@ -53,13 +55,13 @@ func StartCommand(logPath string, cmd *exec.Cmd) (*Process, error) {
 // BuildExtension builds the extension binary into dir and returns its path. The Go build cache makes this quick
 // after the first time.
 func BuildExtension(dir string) (string, error) {
-	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	root, err := repo.Root()
 	if err != nil {
-		return "", fmt.Errorf("finding the module root: %w", err)
+		return "", err
 	}
 	bin := filepath.Join(dir, "gardener-extension-cilium-selfhosted")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/gardener-extension-cilium-selfhosted")
-	build.Dir = string(root[:len(root)-1])
+	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building the extension: %w\n%s", err, out)
 	}

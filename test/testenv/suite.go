@@ -29,6 +29,9 @@ import (
 // the webhook configuration object between its one-shot registration and its certificate controller, which would fail
 // every run under -race.
 func RunSuite(m *testing.M, shoot *gardencorev1beta1.Shoot, opts Options, setup Setup) int {
+	if err := Check(append([]Prerequisite{EnvtestAssets}, opts.Prerequisites...)...); err != nil {
+		return CannotRun(err)
+	}
 	code, err := runSuite(m, shoot, opts, setup)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

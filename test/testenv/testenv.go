@@ -6,7 +6,6 @@ package testenv
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -75,6 +74,9 @@ type Options struct {
 	// Certificates, when set, replace envtest's serving certificate of kube-apiserver with one generated as Gardener
 	// generates it for a self-hosted shoot (NewGardenerCertificates).
 	Certificates *Certificates
+	// Prerequisites are what the suite needs from the machine besides the control plane: RunSuite checks them, and the
+	// envtest assets, before it starts anything.
+	Prerequisites []Prerequisite
 }
 
 func ciliumCRDPaths() ([]string, error) {
@@ -123,10 +125,10 @@ const AdvertiseAddress = "198.51.100.200"
 // Start starts kube-apiserver and etcd from KUBEBUILDER_ASSETS with Gardener's CRDs and, unless opts leave them out,
 // Cilium's installed.
 func Start(opts Options) (*Env, error) {
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		return nil, errors.New("KUBEBUILDER_ASSETS is not set: run `make test`, or point it at the output of hack/envtest/build.sh")
+	if err := EnvtestAssets(); err != nil {
+		return nil, err
 	}
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	gardener, err := ModuleDir("github.com/gardener/gardener")
 	if err != nil {
 		return nil, err

@@ -8,7 +8,6 @@ package endpointhealth_test
 
 import (
 	"context"
-	"fmt"
 	"net/url"
 	"os"
 	"strconv"
@@ -28,10 +27,12 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if err := testenv.Check(testenv.Root, ciliumchart.GardenerChart); err != nil {
+		os.Exit(testenv.CannotRun(err))
+	}
 	certs, err := podrun.ShootCertificates("shoot--local--health")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		os.Exit(testenv.CannotRun(err))
 	}
 	shoot := fixtures.WithExposureConfig(fixtures.Shoot(true), fixtures.ExposureConfigL2)
 	os.Exit(testenv.RunSuite(m, shoot, testenv.Options{Certificates: certs}, setup))

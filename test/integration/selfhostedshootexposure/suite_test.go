@@ -6,6 +6,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
 )
@@ -14,7 +15,7 @@ var env *testenv.Env
 
 func TestMain(m *testing.M) {
 	shoot := fixtures.WithExposureConfig(fixtures.Shoot(true), fixtures.ExposureConfigL2)
-	os.Exit(testenv.RunSuite(m, shoot, testenv.Options{}, testenv.UseWithFakeLBIPAM(&env)))
+	os.Exit(testenv.RunSuite(m, shoot, testenv.Options{Prerequisites: []testenv.Prerequisite{ciliumchart.GardenerChart}}, testenv.UseWithFakeLBIPAM(&env)))
 }
 
 // ciliumVersion is the chart whose cilium-config the suite installs.

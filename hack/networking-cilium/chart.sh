@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Finds Gardener's networking-cilium chart (charts/internal/cilium of gardener/gardener-extension-networking-cilium,
+# which the Go module proxy does not serve) at the pinned commit, and prints its directory. Tried in this order:
+#   1. $NETWORKING_CILIUM_CHART, a chart directory of the user's;
+#   2. the copy an earlier run fetched into the tool cache;
+#   3. a fetch of the pinned commit from $NETWORKING_CILIUM_REPO (default: GitHub over https) into the tool cache, with
+#      the chart, the API types and the value computation the tests follow, and the license;
+#   4. ../shared/reference/networking-cilium beside this repository or one of its ancestors.
+# Whichever it is must hold exactly the pinned chart: its git tree hash, computed offline from the files, is compared
+# with the pin. The chosen copy is named on stderr; when there is none, one line says what to run.
+set -euo pipefail
+
+# The pinned commit and the git tree hash of its charts/internal/cilium (`git rev-parse COMMIT:charts/internal/cilium`).
+# Bumping the pin is this one line; test/ciliumchart.GardenerVersion follows the Cilium release of its image vector.
+pin="7fbb714fe48c2cc767d212a7a8d2e14881202ea1 eac701723eee4aeb7fb66b051ea9debe399c5863"
+
+read -r pinned_commit pinned_tree <<<"$pin"
+repo=${NETWORKING_CILIUM_REPO:-https://github.com/gardener/gardener-extension-networking-cilium.git}
+# A stand-in repository (a test's file URL) has its own commit of the same tree.
+commit=${NETWORKING_CILIUM_COMMIT:-$pinned_commit}
+timeout=${NETWORKING_CILIUM_FETCH_TIMEOUT:-30}
+chart_path=charts/internal/cilium
+# What the tests read besides the chart: the NetworkConfig API and how networking-cilium computes the chart's values.
+fetched_paths=("$chart_path" pkg/apis/cilium/v1alpha1/types_network.go pkg/charts/utils.go pkg/charts/values.go LICENSE)
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+cache=${CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/gardener-extension-cilium-selfhosted}
+cached="$cache/networking-cilium-$commit"
+remedy="run hack/networking-cilium/chart.sh where $repo is reachable (it caches the chart in $cache), or set NETWORKING_CILIUM_CHART to charts/internal/cilium of a checkout of commit $pinned_commit"
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# tree_of DIR: the git tree hash of DIR's files as a commit of them would record it.
+tree_of() {
+  local git="$tmp/tree-$RANDOM"
+  git init -q --bare "$git"
+  git --git-dir="$git" --work-tree="$1" add -A -f . >/dev/null
+  git --git-dir="$git" write-tree
+}
+
+# use DIR SOURCE: prints DIR when it holds the pinned chart, else says why not and fails.
+use() {
+  local tree
+  if [ ! -f "$1/Chart.yaml" ]; then
+    echo "networking-cilium's chart: $2 $1 has no Chart.yaml" >&2
+    return 1
+  fi
+  tree=$(tree_of "$1")
+  if [ "$tree" != "$pinned_tree" ]; then
+    echo "networking-cilium's chart: $2 $1 is not the pinned chart: its git tree is $tree, the pin in hack/networking-cilium/chart.sh $pinned_tree" >&2
+    return 1
+  fi
+  echo ">> networking-cilium's chart: $1 ($2, tree $tree as pinned)" >&2
+  echo "$1"
+}
+
+if [ -n "${NETWORKING_CILIUM_CHART:-}" ]; then
+  use "$NETWORKING_CILIUM_CHART" "NETWORKING_CILIUM_CHART" || exit 1
+  exit 0
+fi
+
+if [ -f "$cached/.complete" ]; then
+  use "$cached/$chart_path" "fetched from $(cat "$cached/.complete")" && exit 0
+fi
+
+fetch_error=""
+echo ">> fetching networking-cilium $commit from $repo (at most ${timeout}s)" >&2
+if GIT_TERMINAL_PROMPT=0 timeout "$timeout" git -c protocol.file.allow=always -c init.defaultBranch=main \
+  -C "$(git init -q "$tmp/repo" && echo "$tmp/repo")" fetch -q --depth 1 "$repo" "$commit" 2>"$tmp/fetch.log"; then
+  tree=$(git -C "$tmp/repo" rev-parse "FETCH_HEAD:$chart_path" 2>/dev/null || true)
+  if [ "$tree" = "$pinned_tree" ]; then
+    mkdir -p "$cache" "$tmp/copy"
+    git -C "$tmp/repo" archive FETCH_HEAD -- "${fetched_paths[@]}" | tar -x -C "$tmp/copy"
+    echo "$repo" >"$tmp/copy/.complete"
+    rm -rf "$cached.tmp" && mv "$tmp/copy" "$cached.tmp" && rm -rf "$cached" && mv "$cached.tmp" "$cached"
+    use "$cached/$chart_path" "fetched from $repo" && exit 0
+    fetch_error="the fetched copy does not verify"
+  else
+    fetch_error="$commit of $repo has ${tree:-no $chart_path} as $chart_path, the pin $pinned_tree"
+  fi
+else
+  rc=$?
+  [ $rc = 124 ] && fetch_error="no answer from $repo within ${timeout}s" || fetch_error=$(grep -m1 '^fatal:' "$tmp/fetch.log" || head -n1 "$tmp/fetch.log")
+fi
+echo ">> networking-cilium's chart: fetch failed: $fetch_error" >&2
+
+for dir in "$root" $(d="$root"; while [ "$d" != / ]; do d=$(dirname "$d"); echo "$d"; done); do
+  reference="$(dirname "$dir")/shared/reference/networking-cilium/$chart_path"
+  if [ "$dir" != / ] && [ -f "$reference/Chart.yaml" ]; then
+    use "$reference" "the reference copy beside the repository" && exit 0
+  fi
+done
+
+echo "networking-cilium's chart is missing: the fetch failed ($fetch_error) and there is no ../shared/reference/networking-cilium; $remedy" >&2
+exit 1

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Sets this machine up for `make test`, `make demo` and `make bench` (and `.ci/run`, which calls it): installs the
+# system packages the suites need that are missing. This is the one list of them.
+#
+# Supported: Debian 12 (bookworm; what these machines and CI run) and Debian 13 (trixie; the same package names).
+# There, as root, it installs what is missing and says what; without root it stops with the exact command to run.
+# Elsewhere it checks for the programs and stops with what to install. SKIP_SETUP=1 skips it: suites that then lack a
+# program stop with one line naming it, and `make test` lists them at the end.
+set -euo pipefail
+
+# package  program the suites run (to check on systems without dpkg)  who needs it
+packages=(
+  "make            make                          the README's commands"
+  "iproute2        ip                            network namespaces: the nodes and pods of test/connect and test/datapath"
+  "util-linux      unshare                       mount and cgroup namespaces of the pods those suites run"
+  "iptables        iptables                      the agents' rules, and the counters of what the nodes dial"
+  "iputils-arping  arping                        who answers ARP for the VIP"
+  "clang-19        /usr/lib/llvm-19/bin/clang    the agents compile their BPF programs (Cilium needs LLVM >= 18.1; bookworm's default is 14)"
+  "llvm-19         /usr/lib/llvm-19/bin/llc      ditto"
+)
+
+[ "${SKIP_SETUP:-}" = 1 ] && exit 0
+
+os_id="" os_version="" os_name="this system"
+if [ -r /etc/os-release ]; then
+  # shellcheck disable=SC1091
+  os_id=$(. /etc/os-release && echo "${ID:-}")
+  os_version=$(. /etc/os-release && echo "${VERSION_ID:-}")
+  os_name=$(. /etc/os-release && echo "${PRETTY_NAME:-$ID}")
+fi
+
+missing=()
+for entry in "${packages[@]}"; do
+  read -r package program _ <<<"$entry"
+  if [ "$os_id" = debian ] && command -v dpkg-query >/dev/null; then
+    status=$(dpkg-query -W -f='${Status}' "$package" 2>/dev/null || true)
+    [ "$status" = "install ok installed" ] || missing+=("$package")
+  elif ! command -v "$program" >/dev/null; then
+    missing+=("$package ($program)")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+case "$os_id $os_version" in
+  "debian 12" | "debian 13") ;;
+  *)
+    echo "setup: hack/setup.sh installs packages on Debian 12 and 13 only; on $os_name install these (Debian's names, with the program the suites run):" >&2
+    printf '  %s\n' "${missing[@]}" >&2
+    echo "then run the command again, or run it with SKIP_SETUP=1 to skip the suites that need them" >&2
+    exit 1
+    ;;
+esac
+
+if [ "$(id -u)" != 0 ]; then
+  echo "setup: missing Debian packages: ${missing[*]}; run:" >&2
+  echo "  sudo apt-get update && sudo apt-get install -y --no-install-recommends ${missing[*]}" >&2
+  echo "then run the command again (the suites that run Cilium need root too), or run it with SKIP_SETUP=1" >&2
+  exit 1
+fi
+
+echo ">> setup: installing the Debian packages the suites need: ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq >&2
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo ">> setup: installed ${missing[*]}" >&2

@@ -1,0 +1,59 @@
+package testenv
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Prerequisite is something a suite needs from the machine: nil when it is there, else an error that says in one
+// line what is missing and what to run.
+type Prerequisite func() error
+
+// CannotRunPrefix begins the one line a suite prints when a prerequisite is missing; `make test` lists these lines.
+const CannotRunPrefix = "cannot run: "
+
+// Check checks every prerequisite and joins what is missing into one line.
+func Check(prerequisites ...Prerequisite) error {
+	var missing []string
+	for _, p := range prerequisites {
+		if err := p(); err != nil {
+			missing = append(missing, err.Error())
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(missing, "; "))
+}
+
+// CannotRun prints the line that says why the suite cannot run, and returns the exit code for os.Exit.
+func CannotRun(err error) int {
+	suite := strings.TrimSuffix(filepath.Base(os.Args[0]), ".test")
+	fmt.Fprintf(os.Stderr, "%s %s%s\n", suite, CannotRunPrefix, strings.ReplaceAll(err.Error(), "\n", " "))
+	return 1
+}
+
+// EnvtestAssets: kube-apiserver and etcd in KUBEBUILDER_ASSETS, which `make test` builds and sets.
+func EnvtestAssets() error {
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		return errors.New("KUBEBUILDER_ASSETS is not set: run `make test`, or set it to the folder hack/envtest/build.sh prints")
+	}
+	for _, binary := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(assets, binary)); err != nil {
+			return fmt.Errorf("KUBEBUILDER_ASSETS=%s has no %s: run `make test`, or set it to the folder hack/envtest/build.sh prints", assets, binary)
+		}
+	}
+	return nil
+}
+
+// Root: the suites that run Cilium in network and mount namespaces.
+func Root() error {
+	if os.Getuid() != 0 {
+		return errors.New("it runs Cilium in network and mount namespaces, which needs root: run `sudo make test`")
+	}
+	return nil
+}
