@@ -1,7 +1,7 @@
 # gardener-extension-cilium-selfhosted
 #
 #   make demo   the main job: a self-hosted shoot in an embedded control plane, with the extension and Cilium's chart
-#   make test   unit tests and envtest suites, with the race detector
+#   make test   unit tests, envtest, connection and datapath suites, with the race detector; ends with what it skipped
 
 BINARY          := gardener-extension-cilium-selfhosted
 GO              ?= go
@@ -52,7 +52,7 @@ cilium-binaries:
 
 .PHONY: test
 test: setup envtest-assets cilium-binaries
-	$(TOOLS_ENV) $(GO) test $(TEST_FLAGS) ./...
+	$(TOOLS_ENV) $(GO) run ./hack/testreport $(GO) test -json $(TEST_FLAGS) ./...
 
 .PHONY: lint
 lint:

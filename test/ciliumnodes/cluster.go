@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -32,6 +31,7 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/reaper"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
 )
 
@@ -80,14 +80,15 @@ type Cluster struct {
 // New plugs a namespace per node of NodeNames and one for the client into a new bridge, and starts each control-plane
 // node's kube-apiserver. prefix names what it creates on the machine (namespaces, a cgroup); Close removes it all.
 func New(ctx context.Context, env *testenv.Env, prefix string) (*Cluster, error) {
-	root, err := cgroup2Root()
+	// Inside the suite's own cgroup, so that the agents die with it whatever happens to it.
+	cgroups, err := reaper.Cgroup("cilium-datapath-" + prefix)
 	if err != nil {
 		return nil, err
 	}
 	if err := useFixtureAddresses(ctx, env); err != nil {
 		return nil, err
 	}
-	c := &Cluster{env: env, cgroups: filepath.Join(root, "cilium-datapath-"+prefix), nodes: map[string]*Node{}, installed: map[Chart]*installation{}, disturbed: map[string]bool{}}
+	c := &Cluster{env: env, cgroups: cgroups, nodes: map[string]*Node{}, installed: map[Chart]*installation{}, disturbed: map[string]bool{}}
 	if err := os.Mkdir(c.cgroups, 0o755); err != nil {
 		return nil, err
 	}
@@ -157,7 +158,7 @@ func (c *Cluster) Close() {
 	if c.lan != nil {
 		c.lan.close()
 	}
-	if err := removeCgroups(c.cgroups); err != nil {
+	if err := reaper.RemoveCgroups(c.cgroups); err != nil {
 		fmt.Fprintf(os.Stderr, "removing %s: %v\n", c.cgroups, err)
 	}
 }

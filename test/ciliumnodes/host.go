@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/reaper"
 )
 
 // HostState is what an agent could change on the machine when its isolation fails: kernel-wide sysctls, the host's
@@ -67,7 +69,7 @@ func SnapshotHost() (*HostState, error) {
 		}
 	}
 	slices.Sort(s.mounts)
-	root, err := cgroup2Root()
+	root, err := reaper.CgroupRoot()
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +78,10 @@ func SnapshotHost() (*HostState, error) {
 		return nil, err
 	}
 	for _, e := range entries {
-		s.cgroupRoot = append(s.cgroupRoot, e.Name())
+		// The reaper's cgroup stays once the first suite on the machine has made it, maybe during this one.
+		if e.Name() != reaper.BaseCgroup {
+			s.cgroupRoot = append(s.cgroupRoot, e.Name())
+		}
 	}
 	_, err = os.Stat("/var/run/cilium")
 	s.ciliumRunDir = err == nil

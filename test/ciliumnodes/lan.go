@@ -2,9 +2,6 @@ package ciliumnodes
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
 )
@@ -67,37 +64,4 @@ func (l *lan) close() {
 		ns.Delete()
 	}
 	l.sw.Delete()
-}
-
-// cgroup2Root is where the machine mounts the cgroup2 hierarchy: the root of a unified hierarchy, or its unified
-// part under a hybrid one (as on this kind of machine).
-func cgroup2Root() (string, error) {
-	for _, dir := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
-		if _, err := os.Stat(filepath.Join(dir, "cgroup.controllers")); err == nil {
-			return dir, nil
-		}
-	}
-	return "", fmt.Errorf("no cgroup2 hierarchy under /sys/fs/cgroup")
-}
-
-// removeCgroups removes dir and the cgroups below it, once their processes are gone.
-func removeCgroups(dir string) error {
-	entries, err := os.ReadDir(dir)
-	if os.IsNotExist(err) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		if e.IsDir() {
-			if err := removeCgroups(filepath.Join(dir, e.Name())); err != nil {
-				return err
-			}
-		}
-	}
-	if err := os.Remove(dir); err != nil && !strings.Contains(err.Error(), "no such file") {
-		return err
-	}
-	return nil
 }

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/reaper"
 )
 
 // Netns is a network namespace of the test's own, created with only a loopback interface: the processes started in it
@@ -28,6 +30,7 @@ func NewNetns(name string, addresses ...string) (*Netns, error) {
 	if err := runCommand("ip", "netns", "add", name); err != nil {
 		return nil, err
 	}
+	reaper.NetNS(name)
 	if err := runCommand("ip", "-n", name, "link", "set", "lo", "up"); err != nil {
 		n.Delete()
 		return nil, err

@@ -22,6 +22,7 @@ import (
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/reaper"
 )
 
 // Env is a running control plane.
@@ -127,6 +128,10 @@ const AdvertiseAddress = "198.51.100.200"
 func Start(opts Options) (*Env, error) {
 	if err := EnvtestAssets(); err != nil {
 		return nil, err
+	}
+	// Before the first process starts: everything the suite starts from here on dies with it.
+	if err := reaper.Confine(); err != nil {
+		fmt.Fprintln(os.Stderr, "reaper: the processes this binary starts are not confined, and may outlive it if it panics:", err)
 	}
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	gardener, err := ModuleDir("github.com/gardener/gardener")

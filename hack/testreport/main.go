@@ -1,0 +1,156 @@
+// Command testreport runs `go test -json ...` (its arguments), prints the tests' output as `go test` would, and ends
+// with what did not run: the tests skipped and why, and the suites that could not run (a missing prerequisite, a
+// failed build) with their reason, then the failed tests. It exits as the command does.
+//
+//	go run ./hack/testreport go test -json -race ./...
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+)
+
+// event is a line of `go test -json` (cmd/test2json).
+type event struct {
+	Action     string
+	Package    string
+	ImportPath string
+	Test       string
+	Output     string
+}
+
+// cannotRun begins the line a suite prints when a prerequisite is missing (test/testenv.CannotRunPrefix).
+const cannotRun = "cannot run: "
+
+const module = "github.com/gardener/gardener-extension-cilium-selfhosted/"
+
+type report struct {
+	// output holds the lines of each test (package + " " + test) and of each package outside its tests (package).
+	output                       map[string][]string
+	skipped, failed, couldNotRun []string
+	failedTests                  map[string]bool
+	passed                       int
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: testreport go test -json [flags] [packages]")
+		os.Exit(2)
+	}
+	cmd := exec.Command(os.Args[1], os.Args[2:]...)
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	r := &report{output: map[string][]string{}, failedTests: map[string]bool{}}
+	r.read(stdout, os.Stdout)
+	err = cmd.Wait()
+	r.print(os.Stdout)
+	if exit, ok := err.(*exec.ExitError); ok {
+		os.Exit(exit.ExitCode())
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+}
+
+func (r *report) read(in io.Reader, out io.Writer) {
+	scanner := bufio.NewScanner(in)
+	scanner.Buffer(make([]byte, 1<<20), 16<<20)
+	for scanner.Scan() {
+		var e event
+		if err := json.Unmarshal(scanner.Bytes(), &e); err != nil || e.Action == "" {
+			fmt.Fprintln(out, scanner.Text())
+			continue
+		}
+		pkg := strings.TrimPrefix(e.Package, module)
+		if pkg == "" {
+			// A build event names the package and the test binary it was for: "pkg [pkg.test]".
+			pkg, _, _ = strings.Cut(strings.TrimPrefix(e.ImportPath, module), " ")
+		}
+		key := pkg
+		if e.Test != "" {
+			key += " " + e.Test
+		}
+		switch e.Action {
+		case "output", "build-output":
+			fmt.Fprint(out, e.Output)
+			r.output[key] = append(r.output[key], strings.TrimRight(e.Output, "\n"))
+		case "pass":
+			if e.Test != "" {
+				r.passed++
+			}
+		case "skip":
+			if e.Test != "" {
+				r.skipped = append(r.skipped, key+": "+r.reason(key))
+			}
+		case "fail":
+			switch {
+			case e.Test != "":
+				r.failedTests[pkg] = true
+				r.failed = append(r.failed, key)
+			case !r.failedTests[pkg]:
+				r.couldNotRun = append(r.couldNotRun, pkg+": "+r.why(pkg))
+			}
+		case "build-fail":
+			r.couldNotRun = append(r.couldNotRun, pkg+": its build failed")
+		}
+	}
+}
+
+// reason is what a skipped test said, without the lines `go test` adds.
+func (r *report) reason(key string) string {
+	var said []string
+	for _, line := range r.output[key] {
+		if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "=== ") && !strings.HasPrefix(t, "--- ") {
+			said = append(said, t)
+		}
+	}
+	if len(said) == 0 {
+		return "no reason given"
+	}
+	return strings.Join(said, " ")
+}
+
+// why a package failed outside its tests: its prerequisite line, else the last thing it said.
+func (r *report) why(pkg string) string {
+	lines := r.output[pkg]
+	if i := slices.IndexFunc(lines, func(l string) bool { return strings.Contains(l, cannotRun) }); i >= 0 {
+		return lines[i][strings.Index(lines[i], cannotRun):]
+	}
+	for i := len(lines) - 1; i >= 0; i-- {
+		if t := strings.TrimSpace(lines[i]); t != "" && t != "FAIL" && !strings.HasPrefix(t, "FAIL\t") && !strings.HasPrefix(t, "exit status") {
+			return "failed outside its tests: " + t
+		}
+	}
+	return "failed outside its tests"
+}
+
+func (r *report) print(out io.Writer) {
+	fmt.Fprintf(out, "\n== %d tests passed, %d failed, %d skipped; %d suites could not run\n", r.passed, len(r.failed), len(r.skipped), len(r.couldNotRun))
+	for _, section := range []struct {
+		title string
+		lines []string
+	}{{"skipped", r.skipped}, {"could not run", r.couldNotRun}, {"failed", r.failed}} {
+		if len(section.lines) == 0 {
+			continue
+		}
+		fmt.Fprintf(out, "%s:\n", section.title)
+		for _, l := range section.lines {
+			fmt.Fprintf(out, "  %s\n", l)
+		}
+	}
+}

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestReport(t *testing.T) {
+	in := strings.Join([]string{
+		`{"Action":"run","Package":"` + module + `test/a","Test":"TestOK"}`,
+		`{"Action":"pass","Package":"` + module + `test/a","Test":"TestOK"}`,
+		`{"Action":"run","Package":"` + module + `test/a","Test":"TestRoot"}`,
+		`{"Action":"output","Package":"` + module + `test/a","Test":"TestRoot","Output":"=== RUN   TestRoot\n"}`,
+		`{"Action":"output","Package":"` + module + `test/a","Test":"TestRoot","Output":"    a_test.go:9: needs root\n"}`,
+		`{"Action":"output","Package":"` + module + `test/a","Test":"TestRoot","Output":"--- SKIP: TestRoot (0.00s)\n"}`,
+		`{"Action":"skip","Package":"` + module + `test/a","Test":"TestRoot"}`,
+		`{"Action":"pass","Package":"` + module + `test/a"}`,
+		`{"Action":"output","Package":"` + module + `test/connect","Output":"connect cannot run: hack/networking-cilium/chart.sh: run this\n"}`,
+		`{"Action":"output","Package":"` + module + `test/connect","Output":"FAIL\tgithub.com/x/test/connect\t0.1s\n"}`,
+		`{"Action":"fail","Package":"` + module + `test/connect"}`,
+		`{"Action":"run","Package":"` + module + `test/b","Test":"TestBad"}`,
+		`{"Action":"fail","Package":"` + module + `test/b","Test":"TestBad"}`,
+		`{"Action":"fail","Package":"` + module + `test/b"}`,
+		`{"ImportPath":"` + module + `test/c [` + module + `test/c.test]","Action":"build-fail"}`,
+		`{"Action":"skip","Package":"` + module + `test/nothing"}`,
+		`# a line that is no event`,
+	}, "\n")
+	r := &report{output: map[string][]string{}, failedTests: map[string]bool{}}
+	var out bytes.Buffer
+	r.read(strings.NewReader(in), &out)
+	r.print(&out)
+	for _, want := range []string{
+		"== 1 tests passed, 1 failed, 1 skipped; 2 suites could not run",
+		"skipped:\n  test/a TestRoot: a_test.go:9: needs root\n",
+		"  test/connect: cannot run: hack/networking-cilium/chart.sh: run this\n",
+		"its build failed",
+		"failed:\n  test/b TestBad\n",
+		"# a line that is no event\n",
+		"connect cannot run: hack/networking-cilium/chart.sh: run this\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the report lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "test/nothing") {
+		t.Errorf("a package without tests is listed:\n%s", out.String())
+	}
+}

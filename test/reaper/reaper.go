@@ -1,0 +1,421 @@
+// Package reaper makes sure that nothing a test binary starts outlives it, even when it panics, times out or is
+// killed: Confine moves the test binary into a cgroup of its own, so that every process it starts, their children and
+// the processes envtest starts with only a process group of their own are in it, and starts a reaper process outside
+// it. When the test binary ends for any reason, the reaper kills the cgroup (cgroup.kill), removes the network
+// namespaces the binary registered with Track and its temporary folder, and says what it found still there. A reaper
+// that was killed too leaves a state file behind, which the next Confine on the machine reports and cleans up.
+//
+// A parent-death signal would not do: it is per thread, and neither envtest's etcd and kube-apiserver nor the
+// grandchildren of `ip netns exec` would get it.
+package reaper
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// BaseCgroup is the cgroup, under the cgroup2 root, that holds one cgroup per confined test binary. It stays, like
+// /run/netns, once the first suite has made it.
+const BaseCgroup = "cilium-selfhosted-tests"
+
+// stateDir holds the state of each confined test binary while it runs, for its reaper and for later runs.
+const stateDir = "/run/cilium-selfhosted-tests"
+
+// reaperEnv, set in the environment of a test binary started again as a reaper, names the state file to watch over.
+const reaperEnv = "CILIUM_SELFHOSTED_TEST_REAPER"
+
+func init() {
+	if state := os.Getenv(reaperEnv); state != "" {
+		os.Exit(reap(state))
+	}
+}
+
+// state is what a reaper, or a later run, needs to clean up after a test binary.
+type state struct {
+	Suite       string
+	Owner       process
+	Reaper      process
+	Cgroup      string
+	TempDir     string
+	NetNS       []string
+	path        string
+	mu          sync.Mutex
+	lifelineEnd *os.File
+}
+
+// process is a process by ID and start time, so that a reused ID is not taken for it.
+type process struct {
+	Pid   int
+	Start string
+}
+
+var (
+	current    *state
+	confineMu  sync.Mutex
+	confined   bool
+	confineErr error
+)
+
+// Confine puts the test binary in a cgroup of its own and starts its reaper, after reporting and removing what earlier
+// runs on this machine left behind. It is idempotent; without root or a cgroup2 hierarchy it returns why it cannot,
+// and the binary runs unconfined.
+func Confine() error {
+	confineMu.Lock()
+	defer confineMu.Unlock()
+	if !confined {
+		confined = true
+		confineErr = confine()
+	}
+	return confineErr
+}
+
+func confine() error {
+	if os.Getuid() != 0 {
+		return errors.New("confining a suite's processes in a cgroup needs root")
+	}
+	root, err := CgroupRoot()
+	if err != nil {
+		return err
+	}
+	for _, line := range CleanLeftovers() {
+		fmt.Fprintln(os.Stderr, "reaper:", line)
+	}
+	suite := strings.TrimSuffix(filepath.Base(os.Args[0]), ".test")
+	self, err := processOf(os.Getpid())
+	if err != nil {
+		return err
+	}
+	name := suite + "-" + strconv.Itoa(self.Pid)
+	s := &state{Suite: suite, Owner: self, Cgroup: filepath.Join(root, BaseCgroup, name), path: filepath.Join(stateDir, name+".json")}
+	if err := os.MkdirAll(filepath.Join(s.Cgroup, "self"), 0o755); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(stateDir, 0o755); err != nil {
+		return err
+	}
+	// Temporary folders of the binary and of everything it starts (envtest's etcd data among them) go in one folder
+	// that the reaper removes.
+	if s.TempDir, err = os.MkdirTemp("", "cst-"+name+"-"); err != nil {
+		return err
+	}
+	if err := s.save(); err != nil {
+		return err
+	}
+	// The reaper reads a pipe whose only writer is this process (os.Pipe's ends are close-on-exec, so children do not
+	// inherit it): the read ends when this process is gone, however it ended.
+	lifeline, lifelineEnd, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), reaperEnv+"="+s.path)
+	cmd.ExtraFiles = []*os.File{lifeline}
+	// Its reports go where the binary's output goes; `go test` waits for them, as it waits for that stream to close.
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	// A session of its own: a Ctrl-C to the test's process group does not reach it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting the reaper: %w", err)
+	}
+	lifeline.Close()
+	s.lifelineEnd = lifelineEnd // kept open, and referenced, until the process ends
+	if s.Reaper, err = processOf(cmd.Process.Pid); err != nil {
+		return err
+	}
+	if err := s.save(); err != nil {
+		return err
+	}
+	// The reaper stays where it was; this process, and from now on all it starts, move into the cgroup.
+	if err := os.WriteFile(filepath.Join(s.Cgroup, "self", "cgroup.procs"), []byte(strconv.Itoa(self.Pid)), 0o644); err != nil {
+		return fmt.Errorf("moving the test binary into %s: %w", s.Cgroup, err)
+	}
+	if err := os.Setenv("TMPDIR", s.TempDir); err != nil {
+		return err
+	}
+	current = s
+	return nil
+}
+
+// Cgroup returns a cgroup named name inside the confined binary's cgroup, for processes a suite places in cgroups of
+// their own (the datapath's agents); outside a confined binary, a cgroup of that name under the cgroup2 root. The
+// caller creates it.
+func Cgroup(name string) (string, error) {
+	if current != nil {
+		return filepath.Join(current.Cgroup, name), nil
+	}
+	root, err := CgroupRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, name), nil
+}
+
+// NetNS registers a named network namespace (`ip netns add`) that the reaper deletes if the binary ends without
+// deleting it.
+func NetNS(name string) {
+	if current == nil {
+		return
+	}
+	current.mu.Lock()
+	current.NetNS = append(current.NetNS, name)
+	current.mu.Unlock()
+	if err := current.save(); err != nil {
+		fmt.Fprintln(os.Stderr, "reaper: registering network namespace", name+":", err)
+	}
+}
+
+// ReaperPid is the reaper's process ID, 0 when the binary is not confined.
+func ReaperPid() int {
+	if current == nil {
+		return 0
+	}
+	return current.Reaper.Pid
+}
+
+// CgroupPath is the confined binary's cgroup, "" when it is not confined.
+func CgroupPath() string {
+	if current == nil {
+		return ""
+	}
+	return current.Cgroup
+}
+
+func (s *state) save() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	tmp := s.path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, s.path)
+}
+
+// reap waits until the test binary is gone, then cleans up after it.
+func reap(statePath string) int {
+	lifeline := os.NewFile(3, "lifeline")
+	_, _ = io.Copy(io.Discard, lifeline)
+	// Claim the state, so that a concurrent CleanLeftovers does not clean up too.
+	claimed := statePath + ".reaping"
+	if err := os.Rename(statePath, claimed); err != nil {
+		return 0
+	}
+	s, err := load(claimed)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "reaper:", err)
+		return 1
+	}
+	if left := s.clean(); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "reaper: %s (pid %d) ended and left behind, now removed: %s\n", s.Suite, s.Owner.Pid, strings.Join(left, "; "))
+	}
+	_ = os.Remove(claimed)
+	return 0
+}
+
+func load(path string) (*state, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	s := &state{}
+	if err := json.Unmarshal(b, s); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return s, nil
+}
+
+// CleanLeftovers reports and removes what test binaries that are gone, and whose reapers are gone too, left on this
+// machine: their state files, also those a reaper or a cleaner had claimed before it was killed.
+func CleanLeftovers() []string {
+	paths, _ := filepath.Glob(filepath.Join(stateDir, "*.json*"))
+	var report []string
+	for _, path := range paths {
+		if strings.HasSuffix(path, ".tmp") {
+			continue
+		}
+		s, err := load(path)
+		if err != nil || s.Owner.alive() || s.Reaper.alive() {
+			continue
+		}
+		if _, claimer, ok := strings.Cut(path, ".reaping-"); ok {
+			if pid, err := strconv.Atoi(claimer); err == nil && syscall.Kill(pid, 0) == nil {
+				continue
+			}
+		}
+		claimed := strings.SplitN(path, ".json", 2)[0] + ".json.reaping-" + strconv.Itoa(os.Getpid())
+		if os.Rename(path, claimed) != nil {
+			continue
+		}
+		left := s.clean()
+		report = append(report, fmt.Sprintf("an earlier %s (pid %d) and its reaper ended and left behind, now removed: %s", s.Suite, s.Owner.Pid, strings.Join(append(left, "its state "+path), "; ")))
+		_ = os.Remove(claimed)
+	}
+	return report
+}
+
+// clean kills what is left in the cgroup and removes the cgroup, the network namespaces and the temporary folder. It
+// returns what it found.
+func (s *state) clean() []string {
+	var left []string
+	for _, pid := range cgroupProcs(s.Cgroup) {
+		left = append(left, fmt.Sprintf("process %d (%s)", pid, commandLine(pid)))
+	}
+	if err := killCgroup(s.Cgroup); err != nil {
+		left = append(left, err.Error())
+	}
+	for _, ns := range s.NetNS {
+		if _, err := os.Stat(filepath.Join("/run/netns", ns)); err != nil {
+			continue
+		}
+		if out, err := exec.Command("ip", "netns", "delete", ns).CombinedOutput(); err != nil {
+			left = append(left, fmt.Sprintf("network namespace %s, not deleted: %v: %s", ns, err, out))
+			continue
+		}
+		left = append(left, "network namespace "+ns)
+	}
+	if s.TempDir != "" {
+		_ = os.RemoveAll(s.TempDir)
+	}
+	return left
+}
+
+// killCgroup kills every process in dir and below, waits until they are gone and removes the cgroups.
+func killCgroup(dir string) error {
+	if _, err := os.Stat(dir); os.IsNotExist(err) {
+		return nil
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0o644); err != nil {
+		return fmt.Errorf("killing cgroup %s: %w", dir, err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for populated(dir) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cgroup %s still has processes 30s after cgroup.kill", dir)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return RemoveCgroups(dir)
+}
+
+func populated(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.events"))
+	return err == nil && strings.Contains(string(b), "populated 1")
+}
+
+// cgroupProcs lists the processes in dir and the cgroups below it.
+func cgroupProcs(dir string) []int {
+	var pids []int
+	_ = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+			return nil
+		}
+		b, _ := os.ReadFile(path)
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+		return nil
+	})
+	slices.Sort(pids)
+	return pids
+}
+
+func commandLine(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	cmd := strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
+	if len(cmd) > 120 {
+		cmd = cmd[:120] + "..."
+	}
+	return cmd
+}
+
+// processOf is pid with its start time (field 22 of /proc/PID/stat).
+func processOf(pid int) (process, error) {
+	start, err := startTime(pid)
+	return process{Pid: pid, Start: start}, err
+}
+
+func startTime(pid int) (string, error) {
+	fields, err := stat(pid)
+	if err != nil {
+		return "", err
+	}
+	return fields[19], nil
+}
+
+// stat is /proc/PID/stat from its third field (the state) on.
+func stat(pid int) ([]string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, err
+	}
+	// The command name, in parentheses, may hold spaces: fields count from after its closing parenthesis.
+	fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(fields) < 20 {
+		return nil, fmt.Errorf("/proc/%d/stat: too few fields", pid)
+	}
+	return fields, nil
+}
+
+// Running says whether the process pid runs: a zombie, which nothing has waited for yet, does not.
+func Running(pid int) bool {
+	fields, err := stat(pid)
+	return err == nil && fields[0] != "Z"
+}
+
+// alive says whether the process runs: a zombie, which nothing has waited for yet, does not.
+func (p process) alive() bool {
+	if p.Pid == 0 {
+		return false
+	}
+	fields, err := stat(p.Pid)
+	return err == nil && fields[19] == p.Start && fields[0] != "Z"
+}
+
+// CgroupRoot is where the machine mounts the cgroup2 hierarchy: the root of a unified hierarchy, or its unified
+// part on a hybrid one.
+func CgroupRoot() (string, error) {
+	for _, dir := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+		if _, err := os.Stat(filepath.Join(dir, "cgroup.controllers")); err == nil {
+			return dir, nil
+		}
+	}
+	return "", fmt.Errorf("no cgroup2 hierarchy under /sys/fs/cgroup")
+}
+
+// RemoveCgroups removes dir and the cgroups below it, once their processes are gone.
+func RemoveCgroups(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			if err := RemoveCgroups(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	if err := os.Remove(dir); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return nil
+}
