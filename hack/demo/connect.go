@@ -39,7 +39,7 @@ type componentRun struct {
 // verification.
 func (d *demo) connections(ctx context.Context, rendered *ciliumchart.Objects, agentPods map[string]*corev1.Pod) ([]string, error) {
 	if d.sandbox == nil {
-		fmt.Println("(skipped: running Cilium in network and mount namespaces needs root)")
+		fmt.Println("(skipped: running Cilium in network and mount namespaces needs root: run `sudo make demo`)")
 		return nil, nil
 	}
 	sandbox := d.sandbox

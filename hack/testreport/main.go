@@ -1,6 +1,7 @@
-// Command testreport runs `go test -json ...` (its arguments), prints the tests' output as `go test` would, and ends
-// with what did not run: the tests skipped and why, and the suites that could not run (a missing prerequisite, a
-// failed build) with their reason, then the failed tests. It exits as the command does.
+// Command testreport runs `go test -json ...` (its arguments) and prints, as `go test` without -v would, each
+// package's result and what its TestMain said, and the whole output of every failed test; it ends with what did not
+// run: the tests skipped and why, and the suites that could not run (a missing prerequisite, a failed build) with their
+// reason, then the failed tests. It exits as the command does.
 //
 //	go run ./hack/testreport go test -json -race ./...
 package main
@@ -87,8 +88,11 @@ func (r *report) read(in io.Reader, out io.Writer) {
 		}
 		switch e.Action {
 		case "output", "build-output":
-			fmt.Fprint(out, e.Output)
-			r.output[key] = append(r.output[key], strings.TrimRight(e.Output, "\n"))
+			line := strings.TrimRight(e.Output, "\n")
+			r.output[key] = append(r.output[key], line)
+			if e.Test == "" && line != "PASS" && line != "FAIL" && !strings.HasPrefix(line, "=== ") {
+				fmt.Fprintln(out, line)
+			}
 		case "pass":
 			if e.Test != "" {
 				r.passed++
@@ -102,6 +106,7 @@ func (r *report) read(in io.Reader, out io.Writer) {
 			case e.Test != "":
 				r.failedTests[pkg] = true
 				r.failed = append(r.failed, key)
+				fmt.Fprintln(out, strings.Join(r.output[key], "\n"))
 			case !r.failedTests[pkg]:
 				r.couldNotRun = append(r.couldNotRun, pkg+": "+r.why(pkg))
 			}

@@ -20,6 +20,7 @@ func TestReport(t *testing.T) {
 		`{"Action":"output","Package":"` + module + `test/connect","Output":"FAIL\tgithub.com/x/test/connect\t0.1s\n"}`,
 		`{"Action":"fail","Package":"` + module + `test/connect"}`,
 		`{"Action":"run","Package":"` + module + `test/b","Test":"TestBad"}`,
+		`{"Action":"output","Package":"` + module + `test/b","Test":"TestBad","Output":"    b_test.go:3: went wrong\n"}`,
 		`{"Action":"fail","Package":"` + module + `test/b","Test":"TestBad"}`,
 		`{"Action":"fail","Package":"` + module + `test/b"}`,
 		`{"ImportPath":"` + module + `test/c [` + module + `test/c.test]","Action":"build-fail"}`,
@@ -42,6 +43,12 @@ func TestReport(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the report lacks %q:\n%s", want, out.String())
 		}
+	}
+	if strings.Contains(out.String(), "=== RUN") {
+		t.Errorf("the output of a test that did not fail is printed:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "b_test.go:3: went wrong") {
+		t.Errorf("the output of a failed test is missing:\n%s", out.String())
 	}
 	if strings.Contains(out.String(), "test/nothing") {
 		t.Errorf("a package without tests is listed:\n%s", out.String())
