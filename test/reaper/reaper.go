@@ -5,7 +5,8 @@
 // namespaces the binary registered with Track and its temporary folder, and says what it found still there. A reaper
 // that was killed too leaves a state file behind, which the next Confine on the machine reports and cleans up.
 //
-// A parent-death signal would not do: it is per thread, and neither envtest's etcd and kube-apiserver nor the
+// A parent-death signal would not do: it is per thread, and neither envtest's etcd and kube-apiserver (controller-runtime
+// starts them with only a process group of their own: pkg/internal/testing/process/procattr_unix.go) nor the
 // grandchildren of `ip netns exec` would get it.
 package reaper
 
@@ -78,6 +79,13 @@ func Confine() error {
 		confineErr = confine()
 	}
 	return confineErr
+}
+
+// ConfineOrWarn confines the binary, or says why the processes it starts may outlive it.
+func ConfineOrWarn() {
+	if err := Confine(); err != nil {
+		fmt.Fprintln(os.Stderr, "reaper: the processes this binary starts are not confined, and may outlive it if it panics:", err)
+	}
 }
 
 func confine() error {

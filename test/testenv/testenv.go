@@ -130,9 +130,7 @@ func Start(opts Options) (*Env, error) {
 		return nil, err
 	}
 	// Before the first process starts: everything the suite starts from here on dies with it.
-	if err := reaper.Confine(); err != nil {
-		fmt.Fprintln(os.Stderr, "reaper: the processes this binary starts are not confined, and may outlive it if it panics:", err)
-	}
+	reaper.ConfineOrWarn()
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	gardener, err := ModuleDir("github.com/gardener/gardener")
 	if err != nil {
