@@ -34,7 +34,7 @@ for entry in "${packages[@]}"; do
   read -r package program _ <<<"$entry"
   if [ "$os_id" = debian ] && command -v dpkg-query >/dev/null; then
     status=$(dpkg-query -W -f='${Status}' "$package" 2>/dev/null || true)
-    [ "$status" = "install ok installed" ] || missing+=("$package")
+    case "$status" in *" ok installed") ;; *) missing+=("$package") ;; esac
   elif ! command -v "$program" >/dev/null; then
     missing+=("$package ($program)")
   fi

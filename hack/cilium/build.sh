@@ -21,8 +21,11 @@ version=$(sed -nE 's#^[[:space:]]*(require[[:space:]]+)?github.com/cilium/cilium
 cache=${CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/gardener-extension-cilium-selfhosted}
 bin="$cache/$binary-$version"
 
+mkdir -p "$cache"
+# Suites that find no binary build it themselves, several at once under `go test ./...`: one builds, the others wait.
+exec 9>"$bin.lock"
+flock 9
 if [ ! -x "$bin" ]; then
-  mkdir -p "$cache"
   echo ">> building $binary $version into $bin (cold: about 6 minutes)" >&2
   start=$SECONDS
   # Cilium forks gobgp/v3; the checksum database does not know the fork.

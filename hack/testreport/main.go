@@ -36,7 +36,15 @@ type report struct {
 	output                       map[string][]string
 	skipped, failed, couldNotRun []string
 	failedTests                  map[string]bool
-	passed                       int
+	// running are the tests of each package that started and have not ended: when the binary dies (a panic outside
+	// the test's goroutine, a timeout, os.Exit) they never do, and their output holds why.
+	running     map[string][]string
+	buildFailed map[string]bool
+	passed      int
+}
+
+func newReport() *report {
+	return &report{output: map[string][]string{}, failedTests: map[string]bool{}, running: map[string][]string{}, buildFailed: map[string]bool{}}
 }
 
 func main() {
@@ -55,7 +63,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	r := &report{output: map[string][]string{}, failedTests: map[string]bool{}}
+	r := newReport()
 	r.read(stdout, os.Stdout)
 	err = cmd.Wait()
 	r.print(os.Stdout)
@@ -71,6 +79,8 @@ func main() {
 func (r *report) read(in io.Reader, out io.Writer) {
 	scanner := bufio.NewScanner(in)
 	scanner.Buffer(make([]byte, 1<<20), 16<<20)
+	// Whatever stops the reading, go test must not block on a full pipe.
+	defer func() { _, _ = io.Copy(io.Discard, in) }()
 	for scanner.Scan() {
 		var e event
 		if err := json.Unmarshal(scanner.Bytes(), &e); err != nil || e.Action == "" {
@@ -86,7 +96,12 @@ func (r *report) read(in io.Reader, out io.Writer) {
 		if e.Test != "" {
 			key += " " + e.Test
 		}
+		if e.Test != "" && e.Action != "run" && e.Action != "output" && e.Action != "pause" && e.Action != "cont" {
+			r.running[pkg] = slices.DeleteFunc(r.running[pkg], func(k string) bool { return k == key })
+		}
 		switch e.Action {
+		case "run":
+			r.running[pkg] = append(r.running[pkg], key)
 		case "output", "build-output":
 			line := strings.TrimRight(e.Output, "\n")
 			r.output[key] = append(r.output[key], line)
@@ -107,12 +122,23 @@ func (r *report) read(in io.Reader, out io.Writer) {
 				r.failedTests[pkg] = true
 				r.failed = append(r.failed, key)
 				fmt.Fprintln(out, strings.Join(r.output[key], "\n"))
-			case !r.failedTests[pkg]:
+			case len(r.running[pkg]) > 0:
+				// The binary died inside these tests.
+				for _, key := range r.running[pkg] {
+					r.failed = append(r.failed, key+" (did not finish)")
+					fmt.Fprintln(out, strings.Join(r.output[key], "\n"))
+				}
+				r.failedTests[pkg] = true
+			case !r.failedTests[pkg] && !r.buildFailed[pkg]:
 				r.couldNotRun = append(r.couldNotRun, pkg+": "+r.why(pkg))
 			}
 		case "build-fail":
+			r.buildFailed[pkg] = true
 			r.couldNotRun = append(r.couldNotRun, pkg+": its build failed")
 		}
+	}
+	if err := scanner.Err(); err != nil {
+		fmt.Fprintln(out, "testreport: reading go test's events:", err)
 	}
 }
 

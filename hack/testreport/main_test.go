@@ -24,15 +24,22 @@ func TestReport(t *testing.T) {
 		`{"Action":"fail","Package":"` + module + `test/b","Test":"TestBad"}`,
 		`{"Action":"fail","Package":"` + module + `test/b"}`,
 		`{"ImportPath":"` + module + `test/c [` + module + `test/c.test]","Action":"build-fail"}`,
+		`{"ImportPath":"` + module + `test/c [` + module + `test/c.test]","Action":"build-output","Output":"c.go:1: syntax error\n"}`,
+		`{"Action":"fail","Package":"` + module + `test/c"}`,
+		`{"Action":"run","Package":"` + module + `test/d","Test":"TestDies"}`,
+		`{"Action":"output","Package":"` + module + `test/d","Test":"TestDies","Output":"panic: in a controller's goroutine\n"}`,
+		`{"Action":"fail","Package":"` + module + `test/d"}`,
 		`{"Action":"skip","Package":"` + module + `test/nothing"}`,
 		`# a line that is no event`,
 	}, "\n")
-	r := &report{output: map[string][]string{}, failedTests: map[string]bool{}}
+	r := newReport()
 	var out bytes.Buffer
 	r.read(strings.NewReader(in), &out)
 	r.print(&out)
 	for _, want := range []string{
-		"== 1 tests passed, 1 failed, 1 skipped; 2 suites could not run",
+		"== 1 tests passed, 2 failed, 1 skipped; 2 suites could not run",
+		"  test/d TestDies (did not finish)\n",
+		"panic: in a controller's goroutine\n",
 		"skipped:\n  test/a TestRoot: a_test.go:9: needs root\n",
 		"  test/connect: cannot run: hack/networking-cilium/chart.sh: run this\n",
 		"its build failed",

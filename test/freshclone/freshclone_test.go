@@ -49,7 +49,7 @@ func TestFreshClone(t *testing.T) {
 		}
 		// The suites find it there, and say so.
 		out, said = run(t, clone, env, "go", "test", "-count=1", "-v", "-run", "^TestGardenerChart$", "./test/chartadmission")
-		if !strings.Contains(out+said, "networking-cilium's chart: "+want+" (fetched from file://"+standIn) {
+		if !strings.Contains(out+said, "networking-cilium's chart: "+want+" (cached, fetched from file://"+standIn) {
 			t.Errorf("the suite does not say it uses the fetched copy:\n%s%s", out, said)
 		}
 	})

@@ -17,12 +17,15 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -62,15 +65,17 @@ type process struct {
 }
 
 var (
-	current    *state
+	// current is the confined binary's state, nil while it is not confined.
+	current    atomic.Pointer[state]
 	confineMu  sync.Mutex
 	confined   bool
 	confineErr error
 )
 
 // Confine puts the test binary in a cgroup of its own and starts its reaper, after reporting and removing what earlier
-// runs on this machine left behind. It is idempotent; without root or a cgroup2 hierarchy it returns why it cannot,
-// and the binary runs unconfined.
+// runs on this machine left behind. Call it before the binary starts any process: one started meanwhile may stay
+// outside. It is idempotent; without root or a cgroup2 hierarchy it returns why it cannot, and the binary runs
+// unconfined.
 func Confine() error {
 	confineMu.Lock()
 	defer confineMu.Unlock()
@@ -92,75 +97,124 @@ func confine() error {
 	if os.Getuid() != 0 {
 		return errors.New("confining a suite's processes in a cgroup needs root")
 	}
-	root, err := CgroupRoot()
+	parent, err := parentCgroup()
 	if err != nil {
 		return err
 	}
 	for _, line := range CleanLeftovers() {
 		fmt.Fprintln(os.Stderr, "reaper:", line)
 	}
-	suite := strings.TrimSuffix(filepath.Base(os.Args[0]), ".test")
+	binary, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	suite := strings.TrimSuffix(filepath.Base(binary), ".test")
 	self, err := processOf(os.Getpid())
 	if err != nil {
 		return err
 	}
-	name := suite + "-" + strconv.Itoa(self.Pid)
-	s := &state{Suite: suite, Owner: self, Cgroup: filepath.Join(root, BaseCgroup, name), path: filepath.Join(stateDir, name+".json")}
-	if err := os.MkdirAll(filepath.Join(s.Cgroup, "self"), 0o755); err != nil {
+	s := &state{Suite: suite, Owner: self}
+	// A name no other run has, even one in another PID namespace on the same cgroup hierarchy.
+	if s.Cgroup, err = os.MkdirTemp(parent, suite+"-"+strconv.Itoa(self.Pid)+"-"); err != nil {
 		return err
 	}
+	if _, err := os.Stat(filepath.Join(s.Cgroup, "cgroup.kill")); err != nil {
+		_ = os.Remove(s.Cgroup)
+		return fmt.Errorf("the kernel has no cgroup.kill (Linux 5.14 or newer): %w", err)
+	}
+	if err := os.Mkdir(filepath.Join(s.Cgroup, "self"), 0o755); err != nil {
+		_ = os.Remove(s.Cgroup)
+		return err
+	}
+	s.path = filepath.Join(stateDir, filepath.Base(s.Cgroup)+".json")
 	if err := os.MkdirAll(stateDir, 0o755); err != nil {
+		_ = RemoveCgroups(s.Cgroup)
 		return err
 	}
-	// Temporary folders of the binary and of everything it starts (envtest's etcd data among them) go in one folder
-	// that the reaper removes.
-	if s.TempDir, err = os.MkdirTemp("", "cst-"+name+"-"); err != nil {
-		return err
+	// In a test binary, temporary folders of the binary and of everything it starts (envtest's etcd data among them)
+	// go in one folder that the reaper removes. A program (the demo, the bench) keeps what it writes there.
+	if testing.Testing() {
+		if s.TempDir, err = os.MkdirTemp("", "cst-"+filepath.Base(s.Cgroup)+"-"); err != nil {
+			_ = RemoveCgroups(s.Cgroup)
+			return err
+		}
 	}
 	if err := s.save(); err != nil {
+		_ = RemoveCgroups(s.Cgroup)
 		return err
 	}
 	// The reaper reads a pipe whose only writer is this process (os.Pipe's ends are close-on-exec, so children do not
-	// inherit it): the read ends when this process is gone, however it ended.
+	// inherit it): the read ends when this process is gone, however it ended. From here on, closing it makes the
+	// reaper clean up what confine made.
 	lifeline, lifelineEnd, err := os.Pipe()
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(os.Args[0])
+	cmd := exec.Command(binary)
 	cmd.Env = append(os.Environ(), reaperEnv+"="+s.path)
 	cmd.ExtraFiles = []*os.File{lifeline}
 	// Its reports go where the binary's output goes; `go test` waits for them, as it waits for that stream to close.
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	// A session of its own: a Ctrl-C to the test's process group does not reach it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	lifeline.Close()
+	if err != nil {
+		lifelineEnd.Close()
 		return fmt.Errorf("starting the reaper: %w", err)
 	}
-	lifeline.Close()
 	s.lifelineEnd = lifelineEnd // kept open, and referenced, until the process ends
-	if s.Reaper, err = processOf(cmd.Process.Pid); err != nil {
-		return err
+	if s.Reaper, err = processOf(cmd.Process.Pid); err == nil {
+		err = s.save()
 	}
-	if err := s.save(); err != nil {
+	if err == nil && s.TempDir != "" {
+		err = os.Setenv("TMPDIR", s.TempDir)
+	}
+	if err != nil {
+		lifelineEnd.Close()
 		return err
 	}
 	// The reaper stays where it was; this process, and from now on all it starts, move into the cgroup.
 	if err := os.WriteFile(filepath.Join(s.Cgroup, "self", "cgroup.procs"), []byte(strconv.Itoa(self.Pid)), 0o644); err != nil {
+		lifelineEnd.Close()
 		return fmt.Errorf("moving the test binary into %s: %w", s.Cgroup, err)
 	}
-	if err := os.Setenv("TMPDIR", s.TempDir); err != nil {
-		return err
-	}
-	current = s
+	current.Store(s)
 	return nil
+}
+
+// parentCgroup is where the binary's cgroup goes: below the cgroup the binary was started in, so that the limits and
+// the stop of whoever started it (a systemd unit, a CI job) still reach everything; beside its own when the binary
+// was started by a confined one (a suite that runs `go test`).
+func parentCgroup() (string, error) {
+	root, err := CgroupRoot()
+	if err != nil {
+		return "", err
+	}
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if own, ok := strings.CutPrefix(line, "0::"); ok {
+			dir := filepath.Join(root, own)
+			if filepath.Base(dir) == "self" {
+				if _, err := os.Stat(filepath.Join(filepath.Dir(dir), "self")); err == nil && strings.Contains(dir, "/"+BaseCgroup+"/") {
+					return filepath.Dir(dir), nil
+				}
+			}
+			return filepath.Join(dir, BaseCgroup), os.MkdirAll(filepath.Join(dir, BaseCgroup), 0o755)
+		}
+	}
+	return "", errors.New("/proc/self/cgroup names no cgroup2 cgroup")
 }
 
 // Cgroup returns a cgroup named name inside the confined binary's cgroup, for processes a suite places in cgroups of
 // their own (the datapath's agents); outside a confined binary, a cgroup of that name under the cgroup2 root. The
 // caller creates it.
 func Cgroup(name string) (string, error) {
-	if current != nil {
-		return filepath.Join(current.Cgroup, name), nil
+	if s := current.Load(); s != nil {
+		return filepath.Join(s.Cgroup, name), nil
 	}
 	root, err := CgroupRoot()
 	if err != nil {
@@ -172,31 +226,32 @@ func Cgroup(name string) (string, error) {
 // NetNS registers a named network namespace (`ip netns add`) that the reaper deletes if the binary ends without
 // deleting it.
 func NetNS(name string) {
-	if current == nil {
+	s := current.Load()
+	if s == nil {
 		return
 	}
-	current.mu.Lock()
-	current.NetNS = append(current.NetNS, name)
-	current.mu.Unlock()
-	if err := current.save(); err != nil {
+	s.mu.Lock()
+	s.NetNS = append(s.NetNS, name)
+	s.mu.Unlock()
+	if err := s.save(); err != nil {
 		fmt.Fprintln(os.Stderr, "reaper: registering network namespace", name+":", err)
 	}
 }
 
 // ReaperPid is the reaper's process ID, 0 when the binary is not confined.
 func ReaperPid() int {
-	if current == nil {
-		return 0
+	if s := current.Load(); s != nil {
+		return s.Reaper.Pid
 	}
-	return current.Reaper.Pid
+	return 0
 }
 
 // CgroupPath is the confined binary's cgroup, "" when it is not confined.
 func CgroupPath() string {
-	if current == nil {
-		return ""
+	if s := current.Load(); s != nil {
+		return s.Cgroup
 	}
-	return current.Cgroup
+	return ""
 }
 
 func (s *state) save() error {
@@ -215,6 +270,8 @@ func (s *state) save() error {
 
 // reap waits until the test binary is gone, then cleans up after it.
 func reap(statePath string) int {
+	// `go test` may be gone before the report is written: the cleanup matters more than the report.
+	signal.Ignore(syscall.SIGPIPE)
 	lifeline := os.NewFile(3, "lifeline")
 	_, _ = io.Copy(io.Discard, lifeline)
 	// Claim the state, so that a concurrent CleanLeftovers does not clean up too.
@@ -227,11 +284,24 @@ func reap(statePath string) int {
 		fmt.Fprintln(os.Stderr, "reaper:", err)
 		return 1
 	}
-	if left := s.clean(); len(left) > 0 {
+	left, err := s.clean()
+	release(claimed, statePath, err)
+	if len(left) > 0 {
 		fmt.Fprintf(os.Stderr, "reaper: %s (pid %d) ended and left behind, now removed: %s\n", s.Suite, s.Owner.Pid, strings.Join(left, "; "))
 	}
-	_ = os.Remove(claimed)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "reaper: cleaning up after %s (pid %d) failed, the next suite tries again: %v\n", s.Suite, s.Owner.Pid, err)
+	}
 	return 0
+}
+
+// release gives up a claimed state: removed once everything is cleaned up, else back under its name for the next try.
+func release(claimed, path string, cleanErr error) {
+	if cleanErr != nil {
+		_ = os.Rename(claimed, path)
+		return
+	}
+	_ = os.Remove(claimed)
 }
 
 func load(path string) (*state, error) {
@@ -249,6 +319,10 @@ func load(path string) (*state, error) {
 // CleanLeftovers reports and removes what test binaries that are gone, and whose reapers are gone too, left on this
 // machine: their state files, also those a reaper or a cleaner had claimed before it was killed.
 func CleanLeftovers() []string {
+	self, err := processOf(os.Getpid())
+	if err != nil {
+		return []string{err.Error()}
+	}
 	paths, _ := filepath.Glob(filepath.Join(stateDir, "*.json*"))
 	var report []string
 	for _, path := range paths {
@@ -260,45 +334,54 @@ func CleanLeftovers() []string {
 			continue
 		}
 		if _, claimer, ok := strings.Cut(path, ".reaping-"); ok {
-			if pid, err := strconv.Atoi(claimer); err == nil && syscall.Kill(pid, 0) == nil {
+			var p process
+			if _, err := fmt.Sscanf(claimer, "%d-%s", &p.Pid, &p.Start); err == nil && p.alive() {
 				continue
 			}
 		}
-		claimed := strings.SplitN(path, ".json", 2)[0] + ".json.reaping-" + strconv.Itoa(os.Getpid())
+		original := strings.SplitN(path, ".json", 2)[0] + ".json"
+		claimed := fmt.Sprintf("%s.reaping-%d-%s", original, self.Pid, self.Start)
 		if os.Rename(path, claimed) != nil {
 			continue
 		}
-		left := s.clean()
-		report = append(report, fmt.Sprintf("an earlier %s (pid %d) and its reaper ended and left behind, now removed: %s", s.Suite, s.Owner.Pid, strings.Join(append(left, "its state "+path), "; ")))
-		_ = os.Remove(claimed)
+		left, err := s.clean()
+		release(claimed, original, err)
+		line := fmt.Sprintf("an earlier %s (pid %d) and its reaper ended and left behind, now removed: %s", s.Suite, s.Owner.Pid, strings.Join(append(left, "its state "+path), "; "))
+		if err != nil {
+			line += fmt.Sprintf("; not all of it, the next suite tries again: %v", err)
+		}
+		report = append(report, line)
 	}
 	return report
 }
 
 // clean kills what is left in the cgroup and removes the cgroup, the network namespaces and the temporary folder. It
-// returns what it found.
-func (s *state) clean() []string {
+// returns what it found, and what it could not remove.
+func (s *state) clean() ([]string, error) {
 	var left []string
+	var errs []error
 	for _, pid := range cgroupProcs(s.Cgroup) {
 		left = append(left, fmt.Sprintf("process %d (%s)", pid, commandLine(pid)))
 	}
 	if err := killCgroup(s.Cgroup); err != nil {
-		left = append(left, err.Error())
+		errs = append(errs, err)
 	}
 	for _, ns := range s.NetNS {
 		if _, err := os.Stat(filepath.Join("/run/netns", ns)); err != nil {
 			continue
 		}
 		if out, err := exec.Command("ip", "netns", "delete", ns).CombinedOutput(); err != nil {
-			left = append(left, fmt.Sprintf("network namespace %s, not deleted: %v: %s", ns, err, out))
+			errs = append(errs, fmt.Errorf("deleting network namespace %s: %w: %s", ns, err, out))
 			continue
 		}
 		left = append(left, "network namespace "+ns)
 	}
 	if s.TempDir != "" {
-		_ = os.RemoveAll(s.TempDir)
+		if err := os.RemoveAll(s.TempDir); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	return left
+	return left, errors.Join(errs...)
 }
 
 // killCgroup kills every process in dir and below, waits until they are gone and removes the cgroups.

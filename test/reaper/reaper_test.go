@@ -114,7 +114,9 @@ func startHelper(t *testing.T, mode string) (*exec.Cmd, started, *bytes.Buffer) 
 	}
 	t.Cleanup(func() {
 		for _, pid := range append(s.Pids, s.Reaper) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+			if reaper.Running(pid) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
 		}
 		_ = exec.Command("ip", "netns", "delete", s.NetNS).Run()
 		_ = reaper.RemoveCgroups(s.Cgroup)

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/reaper"
 )
 
 // Prerequisite is something a suite needs from the machine: nil when it is there, else an error that says in one
@@ -15,18 +17,16 @@ type Prerequisite func() error
 // CannotRunPrefix begins the one line a suite prints when a prerequisite is missing; `make test` lists these lines.
 const CannotRunPrefix = "cannot run: "
 
-// Check checks every prerequisite and joins what is missing into one line.
+// Check confines the binary (test/reaper), so that what the checks start (a build, a fetch) dies with it too, and
+// checks the prerequisites in turn, the cheap ones first: the first one missing is the error.
 func Check(prerequisites ...Prerequisite) error {
-	var missing []string
+	reaper.ConfineOrWarn()
 	for _, p := range prerequisites {
 		if err := p(); err != nil {
-			missing = append(missing, err.Error())
+			return err
 		}
 	}
-	if len(missing) == 0 {
-		return nil
-	}
-	return errors.New(strings.Join(missing, "; "))
+	return nil
 }
 
 // CannotRun prints the line that says why the suite cannot run, and returns the exit code for os.Exit.
