@@ -116,31 +116,53 @@ func IsControlPlaneNode(node *corev1.Node) bool {
 
 // ControlPlane are the kube-apiserver addresses of all control-plane nodes.
 type ControlPlane struct {
-	// Addresses are the nodes' InternalIPs, unique and sorted (IPv4 before IPv6), so that every reader sees the same
-	// list.
+	// Addresses are the nodes' InternalIPs, unique: those of Ready nodes first, then the others, each part sorted (IPv4
+	// before IPv6), so that every reader sees the same list and a client that takes the first address, or tries them
+	// in order, starts at a node that is up.
 	Addresses []netip.Addr
+	// Ready is how many of Addresses, from the start, belong to Ready nodes.
+	Ready int
 }
 
-// FromNodes collects the InternalIPs of the control-plane nodes among nodes. Other address types are left out: a
-// hostname or external name may resolve to the VIP.
+// FromNodes collects the InternalIPs of the control-plane nodes among nodes, those of Ready nodes first. Other address
+// types are left out: a hostname or external name may resolve to the VIP.
 func FromNodes(nodes []corev1.Node) ControlPlane {
-	var addrs []netip.Addr
+	var ready, others []netip.Addr
 	for i := range nodes {
 		if !IsControlPlaneNode(&nodes[i]) {
 			continue
+		}
+		part := &others
+		if isReady(&nodes[i]) {
+			part = &ready
 		}
 		for _, a := range nodes[i].Status.Addresses {
 			if a.Type != corev1.NodeInternalIP {
 				continue
 			}
 			if addr, err := netip.ParseAddr(a.Address); err == nil {
-				addrs = append(addrs, addr.Unmap())
+				*part = append(*part, addr.Unmap())
 			}
 		}
 	}
-	slices.SortFunc(addrs, netip.Addr.Compare)
-	return ControlPlane{Addresses: slices.Compact(addrs)}
+	slices.SortFunc(ready, netip.Addr.Compare)
+	ready = slices.Compact(ready)
+	slices.SortFunc(others, netip.Addr.Compare)
+	// An address two nodes claim counts as Ready when one of them is.
+	others = slices.DeleteFunc(slices.Compact(others), func(a netip.Addr) bool { return slices.Contains(ready, a) })
+	return ControlPlane{Addresses: slices.Concat(ready, others), Ready: len(ready)}
 }
+
+// isReady tells whether the node's kubelet reports it Ready, as the node lifecycle controller keeps it: a node that is
+// down, partitioned or still joining is not.
+func isReady(node *corev1.Node) bool {
+	return slices.ContainsFunc(node.Status.Conditions, func(c corev1.NodeCondition) bool {
+		return c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue
+	})
+}
+
+// ReadyChanged tells whether a node's Ready condition changed between old and new.
+func ReadyChanged(old, new *corev1.Node) bool { return isReady(old) != isReady(new) }
 
 // Empty tells whether no control-plane endpoint is known.
 func (c ControlPlane) Empty() bool { return len(c.Addresses) == 0 }
@@ -154,27 +176,33 @@ func (c ControlPlane) URLs() []string {
 	return urls
 }
 
-// HostAliases resolve ServerName to every control-plane address, one entry per address, starting at the address that
-// key picks. kubelet writes them, in this order, into the pod's /etc/hosts, for hostNetwork pods too
-// (pkg/kubelet/kubelet_pods.go nodeHostsFileContent); Go's resolver returns a name's addresses from the hosts file in
-// file order and the dialer tries them one after the other. A different start per node spreads the nodes' Cilium
-// pods over the control-plane nodes; the rest of the list is the failover.
+// HostAliases resolve ServerName to every control-plane address, one entry per address: the Ready nodes' addresses
+// first, starting at the one that key picks, then the others. kubelet writes them, in this order, into the pod's
+// /etc/hosts, for hostNetwork pods too (pkg/kubelet/kubelet_pods.go nodeHostsFileContent); Go's resolver returns a
+// name's addresses from the hosts file in file order and the dialer tries them one after the other. A different start
+// per node spreads the nodes' Cilium pods over the Ready control-plane nodes; the rest of the list is the failover,
+// and an address of a node that is down costs a dial only after every Ready one failed.
 func (c ControlPlane) HostAliases(key string) []corev1.HostAlias {
 	if c.Empty() {
 		return nil
 	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(key))
-	start := int(h.Sum32() % uint32(len(c.Addresses)))
 	aliases := make([]corev1.HostAlias, 0, len(c.Addresses))
-	for i := range c.Addresses {
-		addr := c.Addresses[(start+i)%len(c.Addresses)]
-		aliases = append(aliases, corev1.HostAlias{IP: addr.String(), Hostnames: []string{ServerName}})
+	for _, part := range [][]netip.Addr{c.Addresses[:c.Ready], c.Addresses[c.Ready:]} {
+		if len(part) == 0 {
+			continue
+		}
+		h := fnv.New32a()
+		_, _ = h.Write([]byte(key))
+		start := int(h.Sum32() % uint32(len(part)))
+		for i := range part {
+			aliases = append(aliases, corev1.HostAlias{IP: part[(start+i)%len(part)].String(), Hostnames: []string{ServerName}})
+		}
 	}
 	return aliases
 }
 
-// Kubeconfig is the kubeconfig of a pod template's containers: the first control-plane address as server, verified
+// Kubeconfig is the kubeconfig of a pod template's containers: the first control-plane address (a Ready node's, when
+// any is Ready) as server, verified
 // under ServerName against the pod's service-account CA, authenticated with the pod's service-account token (client-go
 // re-reads the token file, so rotated tokens are used). Cilium also sends requests to the URLs of
 // CILIUM_K8S_API_SERVER_URLS when it has several, with this kubeconfig's TLS settings (rest_config_provider.go

@@ -2,6 +2,7 @@ package apiserverendpoints
 
 import (
 	"slices"
+	"strconv"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -115,4 +116,61 @@ func TestConfigMap(t *testing.T) {
 	if cm.Data[KeyAPIServerURLs] != "https://10.0.0.1:443" || cm.Data[KeyKubeconfig] == "" {
 		t.Errorf("unexpected data: %v", cm.Data)
 	}
+}
+
+func withReady(n corev1.Node, status corev1.ConditionStatus) corev1.Node {
+	n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: corev1.NodeReady, Status: status})
+	return n
+}
+
+// TestReadyNodesFirst: the addresses of Ready control-plane nodes come first in the list, the kubeconfig's server and
+// every pod's aliases; a node that is down, partitioned (Unknown) or still joining (no condition yet) comes after them.
+func TestReadyNodesFirst(t *testing.T) {
+	cp := FromNodes([]corev1.Node{
+		withReady(node("cp-0", true, internal("10.0.0.1")), corev1.ConditionFalse),
+		withReady(node("cp-1", true, internal("10.0.0.2")), corev1.ConditionTrue),
+		withReady(node("cp-2", true, internal("10.0.0.3"), internal("fd00::3")), corev1.ConditionTrue),
+		node("cp-3", true, internal("10.0.0.4")),
+		withReady(node("cp-4", true, internal("10.0.0.0")), corev1.ConditionUnknown),
+		// The address of a node replaced at it, while the old Node object is still there.
+		withReady(node("cp-5", true, internal("10.0.0.2")), corev1.ConditionUnknown),
+	})
+	want := []string{"https://10.0.0.2:443", "https://10.0.0.3:443", "https://[fd00::3]:443", "https://10.0.0.0:443", "https://10.0.0.1:443", "https://10.0.0.4:443"}
+	if got := cp.URLs(); !slices.Equal(got, want) || cp.Ready != 3 {
+		t.Fatalf("URLs() = %v with %d ready, want %v with 3", got, cp.Ready, want)
+	}
+	kubeconfig, err := cp.Kubeconfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.Load([]byte(kubeconfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if server := cfg.Clusters[cfg.Contexts[cfg.CurrentContext].Cluster].Server; server != "https://10.0.0.2:443" {
+		t.Errorf("the kubeconfig's server is %s, not the first Ready node's", server)
+	}
+	ready := []string{"10.0.0.2", "10.0.0.3", "fd00::3"}
+	firsts := map[string]bool{}
+	for i := range 50 {
+		aliases := cp.HostAliases("worker-" + strconv.Itoa(i))
+		var ips []string
+		for _, a := range aliases {
+			ips = append(ips, a.IP)
+		}
+		if len(ips) != 6 || !sameSet(ips[:3], ready) || !sameSet(ips[3:], []string{"10.0.0.0", "10.0.0.1", "10.0.0.4"}) {
+			t.Fatalf("aliases %v: not the Ready nodes first and every address once", ips)
+		}
+		firsts[ips[0]] = true
+	}
+	if len(firsts) != len(ready) {
+		t.Errorf("the pods start at %v only, not spread over every Ready address", firsts)
+	}
+}
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
 }

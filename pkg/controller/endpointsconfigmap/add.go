@@ -41,7 +41,8 @@ func AddToManager(_ context.Context, mgr manager.Manager) error {
 }
 
 // controlPlaneChanged passes the Node events that can change the endpoints: a control-plane node comes or goes, a node
-// gains or loses the role (label or taint), a control-plane node's addresses change. Status heartbeats do not pass.
+// gains or loses the role (label or taint), a control-plane node's addresses or readiness change (Ready nodes come
+// first). Status heartbeats do not pass.
 var controlPlaneChanged = predicate.Funcs{
 	CreateFunc: func(e event.CreateEvent) bool { return isControlPlane(e.Object) },
 	DeleteFunc: func(e event.DeleteEvent) bool { return isControlPlane(e.Object) },
@@ -51,7 +52,8 @@ var controlPlaneChanged = predicate.Funcs{
 		}
 		oldNode, okOld := e.ObjectOld.(*corev1.Node)
 		newNode, okNew := e.ObjectNew.(*corev1.Node)
-		return okOld && okNew && isControlPlane(newNode) && !slices.Equal(oldNode.Status.Addresses, newNode.Status.Addresses)
+		return okOld && okNew && isControlPlane(newNode) &&
+			(!slices.Equal(oldNode.Status.Addresses, newNode.Status.Addresses) || apiserverendpoints.ReadyChanged(oldNode, newNode))
 	},
 	GenericFunc: func(event.GenericEvent) bool { return false },
 }

@@ -37,6 +37,7 @@ func (a *actuator) waitForAnnouncement(ctx context.Context, objs *resources.Obje
 	var (
 		announcers []string
 		waiting    string
+		readErr    error
 	)
 	err := wait.PollUntilContextTimeout(ctx, announcementPoll, a.ingressWait, true, func(ctx context.Context) (bool, error) {
 		var (
@@ -50,10 +51,14 @@ func (a *actuator) waitForAnnouncement(ctx context.Context, objs *resources.Obje
 			nodes, what, err = a.bgpAnnouncers(ctx, objs.ClusterConfig)
 		}
 		if err != nil {
-			// A read cut off by the wait's deadline says nothing new: keep what the last complete look found.
-			return false, err
+			// A failed read says nothing new: look again, and keep what the last complete look found. A read cut off
+			// by the wait's deadline fails with the context's error, or, when client-go's rate limiter sees that its
+			// wait would pass the deadline, with the limiter's own (rest/request.go tryThrottleWithInfo), which is
+			// not the context's.
+			readErr = err
+			return false, nil
 		}
-		announcers, waiting = nodes, what
+		announcers, waiting, readErr = nodes, what, nil
 		return len(announcers) > 0, nil
 	})
 	if len(announcers) > 0 {
@@ -61,6 +66,9 @@ func (a *actuator) waitForAnnouncement(ctx context.Context, objs *resources.Obje
 	}
 	if err != nil && !wait.Interrupted(err) {
 		return nil, err
+	}
+	if waiting == "" && readErr != nil {
+		return nil, readErr
 	}
 	return nil, &reconcilerutils.RequeueAfterError{RequeueAfter: 2 * time.Second, Cause: fmt.Errorf("waiting for Cilium to announce the VIP: %s", waiting)}
 }

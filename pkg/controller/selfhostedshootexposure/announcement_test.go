@@ -142,3 +142,41 @@ func TestWaitForAnnouncementKeepsWhatItFound(t *testing.T) {
 		t.Errorf("error %v, want a requeue that says who holds the lease", err)
 	}
 }
+
+// refusingReader answers as its client does the first time, then fails every read as client-go's rate limiter does
+// when its wait would pass the context's deadline: with an error that is not the context's.
+type refusingReader struct {
+	client.Client
+	calls int
+}
+
+func (r *refusingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	r.calls++
+	if r.calls > 1 {
+		return errors.New("client rate limiter Wait returned an error: rate: Wait(n=1) would exceed context deadline")
+	}
+	return r.Client.Get(ctx, key, obj, opts...)
+}
+
+// TestWaitForAnnouncementLooksAgainAfterAFailedRead: a read that fails (the rate limiter refusing near the deadline
+// under load) neither ends the wait nor becomes the exposure's error while a complete look found what it waits for;
+// without any complete look, the read's error is the result.
+func TestWaitForAnnouncementLooksAgainAfterAFailedRead(t *testing.T) {
+	a := actuatorWith(lease("worker-0", time.Second))
+	reader := &refusingReader{Client: a.client}
+	a.reader, a.ingressWait = reader, time.Second
+	_, err := a.waitForAnnouncement(context.Background(), built(t, &exposure.ExposureConfig{Announcement: exposure.AnnouncementL2}))
+	requeue := &reconcilerutils.RequeueAfterError{}
+	if !errors.As(err, &requeue) || !strings.Contains(err.Error(), "is held by worker-0, which the L2 policy does not select") {
+		t.Errorf("error %v, want a requeue that says who holds the lease", err)
+	}
+	if reader.calls < 3 {
+		t.Errorf("the wait read %d times: a failed read ended it", reader.calls)
+	}
+
+	reader.calls = 1
+	_, err = a.waitForAnnouncement(context.Background(), built(t, &exposure.ExposureConfig{Announcement: exposure.AnnouncementL2}))
+	if err == nil || !strings.Contains(err.Error(), "rate limiter") {
+		t.Errorf("error %v, want the failed reads' error when no look got through", err)
+	}
+}
