@@ -115,27 +115,38 @@ func TestWaitForAnnouncement(t *testing.T) {
 	}
 }
 
-// slowReader answers as its client does, but once ctx has a deadline in sight it blocks until the deadline and
-// fails as a request to kube-apiserver cut off by it does.
-type slowReader struct {
+// failingReader answers as its client does the first time, and then as fail says.
+type failingReader struct {
 	client.Client
 	calls int
+	fail  func(ctx context.Context) error
 }
 
-func (r *slowReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+func (r *failingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	r.calls++
 	if r.calls > 1 {
-		<-ctx.Done()
-		return ctx.Err()
+		return r.fail(ctx)
 	}
 	return r.Client.Get(ctx, key, obj, opts...)
+}
+
+// cutOff blocks until the deadline and fails as a request to kube-apiserver cut off by it does.
+func cutOff(ctx context.Context) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// refused fails as client-go's rate limiter does when its wait would pass the context's deadline: with an error that
+// is not the context's.
+func refused(context.Context) error {
+	return errors.New("client rate limiter Wait returned an error: rate: Wait(n=1) would exceed context deadline")
 }
 
 // TestWaitForAnnouncementKeepsWhatItFound: when the last look is cut off by the wait's deadline, the requeue still says
 // what the looks before it found, not nothing.
 func TestWaitForAnnouncementKeepsWhatItFound(t *testing.T) {
 	a := actuatorWith(lease("worker-0", time.Second))
-	a.reader = &slowReader{Client: a.client}
+	a.reader = &failingReader{Client: a.client, fail: cutOff}
 	_, err := a.waitForAnnouncement(context.Background(), built(t, &exposure.ExposureConfig{Announcement: exposure.AnnouncementL2}))
 	requeue := &reconcilerutils.RequeueAfterError{}
 	if !errors.As(err, &requeue) || !strings.Contains(err.Error(), "is held by worker-0, which the L2 policy does not select") {
@@ -143,27 +154,12 @@ func TestWaitForAnnouncementKeepsWhatItFound(t *testing.T) {
 	}
 }
 
-// refusingReader answers as its client does the first time, then fails every read as client-go's rate limiter does
-// when its wait would pass the context's deadline: with an error that is not the context's.
-type refusingReader struct {
-	client.Client
-	calls int
-}
-
-func (r *refusingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	r.calls++
-	if r.calls > 1 {
-		return errors.New("client rate limiter Wait returned an error: rate: Wait(n=1) would exceed context deadline")
-	}
-	return r.Client.Get(ctx, key, obj, opts...)
-}
-
 // TestWaitForAnnouncementLooksAgainAfterAFailedRead: a read that fails (the rate limiter refusing near the deadline
 // under load) neither ends the wait nor becomes the exposure's error while a complete look found what it waits for;
 // without any complete look, the read's error is the result.
 func TestWaitForAnnouncementLooksAgainAfterAFailedRead(t *testing.T) {
 	a := actuatorWith(lease("worker-0", time.Second))
-	reader := &refusingReader{Client: a.client}
+	reader := &failingReader{Client: a.client, fail: refused}
 	a.reader, a.ingressWait = reader, time.Second
 	_, err := a.waitForAnnouncement(context.Background(), built(t, &exposure.ExposureConfig{Announcement: exposure.AnnouncementL2}))
 	requeue := &reconcilerutils.RequeueAfterError{}
