@@ -31,6 +31,9 @@ const cannotRun = "cannot run: "
 
 const module = "github.com/gardener/gardener-extension-cilium-selfhosted/"
 
+// shufflePrefix begins the line in which a test binary run with -shuffle=on says its seed.
+const shufflePrefix = "-test.shuffle "
+
 type report struct {
 	// output holds the lines of each test (package + " " + test) and of each package outside its tests (package).
 	output                       map[string][]string
@@ -105,7 +108,8 @@ func (r *report) read(in io.Reader, out io.Writer) {
 		case "output", "build-output":
 			line := strings.TrimRight(e.Output, "\n")
 			r.output[key] = append(r.output[key], line)
-			if e.Test == "" && line != "PASS" && line != "FAIL" && !strings.HasPrefix(line, "=== ") {
+			// The seed of -shuffle matters only to repeat a failure: it is printed with the package's failure.
+			if e.Test == "" && line != "PASS" && line != "FAIL" && !strings.HasPrefix(line, "=== ") && !strings.HasPrefix(line, shufflePrefix) {
 				fmt.Fprintln(out, line)
 			}
 		case "pass":
@@ -117,6 +121,13 @@ func (r *report) read(in io.Reader, out io.Writer) {
 				r.skipped = append(r.skipped, key+": "+r.reason(key))
 			}
 		case "fail":
+			if e.Test == "" {
+				for _, line := range r.output[pkg] {
+					if strings.HasPrefix(line, shufflePrefix) {
+						fmt.Fprintf(out, "%s: to repeat its order: go test -shuffle=%s ./%s\n", pkg, strings.TrimPrefix(line, shufflePrefix), pkg)
+					}
+				}
+			}
 			switch {
 			case e.Test != "":
 				r.failedTests[pkg] = true

@@ -19,6 +19,8 @@ func TestReport(t *testing.T) {
 		`{"Action":"output","Package":"` + module + `test/connect","Output":"connect cannot run: hack/networking-cilium/chart.sh: run this\n"}`,
 		`{"Action":"output","Package":"` + module + `test/connect","Output":"FAIL\tgithub.com/x/test/connect\t0.1s\n"}`,
 		`{"Action":"fail","Package":"` + module + `test/connect"}`,
+		`{"Action":"output","Package":"` + module + `test/a","Output":"-test.shuffle 11\n"}`,
+		`{"Action":"output","Package":"` + module + `test/b","Output":"-test.shuffle 22\n"}`,
 		`{"Action":"run","Package":"` + module + `test/b","Test":"TestBad"}`,
 		`{"Action":"output","Package":"` + module + `test/b","Test":"TestBad","Output":"    b_test.go:3: went wrong\n"}`,
 		`{"Action":"fail","Package":"` + module + `test/b","Test":"TestBad"}`,
@@ -50,6 +52,12 @@ func TestReport(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the report lacks %q:\n%s", want, out.String())
 		}
+	}
+	if strings.Contains(out.String(), "-test.shuffle 11") {
+		t.Errorf("the seed of a package that passed is printed:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "test/b: to repeat its order: go test -shuffle=22 ./test/b") {
+		t.Errorf("the seed of a package that failed is missing:\n%s", out.String())
 	}
 	if strings.Contains(out.String(), "=== RUN") {
 		t.Errorf("the output of a test that did not fail is printed:\n%s", out.String())
