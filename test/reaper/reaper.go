@@ -289,6 +289,11 @@ func reap(statePath string) int {
 	if len(left) > 0 {
 		fmt.Fprintf(os.Stderr, "reaper: %s (pid %d) ended and left behind, now removed: %s\n", s.Suite, s.Owner.Pid, strings.Join(left, "; "))
 	}
+	// Suites the binary started (a `go test` it ran) were confined inside its cgroup, and their reapers with them: the
+	// kill took those reapers too, and what they would have removed is left to this one.
+	for _, line := range CleanLeftovers() {
+		fmt.Fprintln(os.Stderr, "reaper:", line)
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "reaper: cleaning up after %s (pid %d) failed, the next suite tries again: %v\n", s.Suite, s.Owner.Pid, err)
 	}

@@ -32,6 +32,8 @@ type started struct {
 	NetNS  string
 	Cgroup string
 	Reaper int
+	// Nested is what a suite the helper ran started, confined inside the helper's cgroup.
+	Nested *started
 }
 
 func TestMain(m *testing.M) {
@@ -73,16 +75,46 @@ func helper(mode string) {
 		panic(fmt.Sprintf("%v: %s", err, out))
 	}
 	reaper.NetNS(s.NetNS)
+	if mode == "nested" {
+		s.Nested = nested()
+	}
 	if err := json.NewEncoder(os.Stdout).Encode(s); err != nil {
 		panic(err)
 	}
 	switch mode {
-	case "panic":
+	case "panic", "nested":
 		go func() { panic("on purpose: a test of the suite panics") }()
 		select {}
 	case "kill":
 		select {}
 	}
+}
+
+// nested runs another helper, as a suite that runs `go test` does, and returns what it started once it says.
+func nested() *started {
+	binary, err := os.Executable()
+	if err != nil {
+		panic(err)
+	}
+	cmd := exec.Command(binary)
+	cmd.Env = append(os.Environ(), helperEnv+"=kill")
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		panic(err)
+	}
+	if err := cmd.Start(); err != nil {
+		panic(err)
+	}
+	s := &started{}
+	line, err := bufio.NewReader(stdout).ReadBytes('\n')
+	if err == nil {
+		err = json.Unmarshal(line, s)
+	}
+	if err != nil {
+		panic(err)
+	}
+	return s
 }
 
 // startHelper starts the test binary as a helper suite and returns it, what it started and its stderr once it ends.
@@ -132,9 +164,13 @@ func startHelper(t *testing.T, mode string) (*exec.Cmd, started, *bytes.Buffer) 
 	return cmd, s, stderr
 }
 
-// assertNothingLeft waits until the helper's processes, its namespace and its cgroup are gone.
+// assertNothingLeft waits until the helper's processes, its namespace and its cgroup are gone, and those of the suite
+// it ran.
 func assertNothingLeft(t *testing.T, s started) {
 	t.Helper()
+	if s.Nested != nil {
+		assertNothingLeft(t, *s.Nested)
+	}
 	var left []string
 	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		left = nil
@@ -207,5 +243,24 @@ func TestNextRunCleansUpAfterAKilledReaper(t *testing.T) {
 	// Another suite confining itself at the same moment may have been the one to clean up.
 	if report != "" && !strings.Contains(report, "network namespace "+s.NetNS) {
 		t.Errorf("the report does not name the namespace:\n%s", report)
+	}
+}
+
+// TestNestedSuiteLeavesNothing: a suite that runs another suite (test/freshclone runs `go test`) confines it inside its
+// own cgroup, where the outer binary's limits and end reach it; when the outer one panics, the inner one, its
+// processes, its reaper and its namespace go too.
+func TestNestedSuiteLeavesNothing(t *testing.T) {
+	cmd, s, stderr := startHelper(t, "nested")
+	if s.Nested == nil || filepath.Dir(s.Nested.Cgroup) != s.Cgroup {
+		t.Fatalf("the inner suite's cgroup %v is not inside the outer one's %s", s.Nested, s.Cgroup)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "delete", s.Nested.NetNS).Run() })
+	_ = cmd.Wait()
+	assertNothingLeft(t, s)
+	if reaper.Running(s.Nested.Reaper) {
+		t.Errorf("the inner suite's reaper %d still runs", s.Nested.Reaper)
+	}
+	if !strings.Contains(stderr.String(), "network namespace "+s.Nested.NetNS) {
+		t.Errorf("no reaper reported the inner suite's namespace:\n%s", stderr)
 	}
 }
