@@ -70,6 +70,22 @@ const (
 	FlagKubeconfigPath = "k8s-kubeconfig-path"
 )
 
+// How fast a client notices that kube-apiserver stopped answering.
+const (
+	// EnvHTTP2ReadIdleTimeout and EnvHTTP2PingTimeout are read by client-go's transport in every Cilium binary
+	// (k8s.io/apimachinery/pkg/util/net/http.go readIdleTimeoutSeconds and pingTimeoutSeconds, there since Kubernetes
+	// 1.20, kubernetes#95981; Cilium 1.17 builds apimachinery v0.32, 1.18 Cilium's fork of v0.33, 1.19 v0.35, 1.20
+	// v0.36): an HTTP/2 connection that carried no frame for the first is pinged, and closed when the ping is not
+	// answered within the second. They default to 30 s and 15 s.
+	EnvHTTP2ReadIdleTimeout = "HTTP2_READ_IDLE_TIMEOUT_SECONDS"
+	EnvHTTP2PingTimeout     = "HTTP2_PING_TIMEOUT_SECONDS"
+	// FlagClientConnectionTimeout is the dial timeout of the agent's and the operator's kube-apiserver client
+	// (pkg/k8s/client/cell.go: net.Dialer{Timeout: K8sClientConnectionTimeout}; 30 s by default in 1.17 to 1.20). Go's
+	// dialer splits it over a name's addresses (net/dial.go dialSerial, partialDeadline: an equal share each, at least
+	// 2 s).
+	FlagClientConnectionTimeout = "k8s-client-connection-timeout"
+)
+
 // APIServerFlags are the options that decide which kube-apiserver a component uses.
 var APIServerFlags = []string{FlagAPIServerURLs, FlagAPIServer, FlagKubeconfigPath}
 

@@ -26,8 +26,14 @@ type Expected struct {
 // Want says what a container is expected to get.
 type Want func(c corev1.Container) Expected
 
-// apiServerVars are the variables whose value Expected describes; every other one must stay as rendered.
-var apiServerVars = []string{cilium.EnvServiceHost, cilium.EnvServicePort, cilium.EnvAPIServerURLs, cilium.EnvAPIServer, cilium.EnvKubeconfigPath}
+// apiServerVars are the variables whose value Expected describes, and deadPeerVars those of client-go's HTTP/2 health
+// check, which every container that talks to kube-apiserver gets where the chart sets none; every other one must stay
+// as rendered.
+var (
+	apiServerVars = []string{cilium.EnvServiceHost, cilium.EnvServicePort, cilium.EnvAPIServerURLs, cilium.EnvAPIServer, cilium.EnvKubeconfigPath,
+		cilium.EnvHTTP2ReadIdleTimeout, cilium.EnvHTTP2PingTimeout}
+	deadPeerVars = map[string]string{cilium.EnvHTTP2ReadIdleTimeout: "4", cilium.EnvHTTP2PingTimeout: "4"}
+)
 
 // VerifyPinned compares a mutated pod spec with the rendered one and lists what is wrong: what VerifyEnv checks; that
 // hostAliases resolve apiserverendpoints.ServerName to exactly hostAliases (none if empty); that the endpoints volume
@@ -121,6 +127,14 @@ func VerifyEnv(mutated, rendered *corev1.PodSpec, want Want, configMaps map[stri
 			problems = append(problems, fmt.Sprintf("container %s: host=%q port=%q urls=%q kubeconfig=%q, want host=%q port=%q urls=%q kubeconfig=%q", m.Name,
 				got[cilium.EnvServiceHost], got[cilium.EnvServicePort], got[cilium.EnvAPIServerURLs], got[cilium.EnvKubeconfigPath],
 				w.Host, w.Port, w.URLs, w.Kubeconfig))
+		}
+		for name, value := range deadPeerVars {
+			if v, ok := rendered[name]; ok {
+				value = v
+			}
+			if got[name] != value {
+				problems = append(problems, fmt.Sprintf("container %s: %s=%q, want %q", m.Name, name, got[name], value))
+			}
 		}
 		if _, ok := got[cilium.EnvAPIServer]; ok {
 			problems = append(problems, fmt.Sprintf("container %s still sets %s", m.Name, cilium.EnvAPIServer))

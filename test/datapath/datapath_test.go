@@ -71,3 +71,25 @@ func assertConnections(t *testing.T, n *ciliumnodes.Node, pod *corev1.Pod) {
 	}
 	t.Logf("%s: agent ready, connected to %v; packets to %v", n.Name, peers, attempts)
 }
+
+// TestBlackHoledControlPlaneNode: the control-plane node that a worker's agent is connected to dies without refusing
+// anything (its link goes down, or it drops every packet), while the connection is established. client-go's HTTP/2
+// health check, as the webhook tightens it (4 s without a frame, then a ping answered within 4 s), closes the dead
+// connection, and the agent dials the next control-plane node of its hostAliases, each address getting a third of the
+// 10 s dial timeout `cilium-config` gets. The wait ends before client-go's defaults (30 s + 15 s) could have closed the
+// connection at all, so a pass shows the tightened check at work; the time it took is logged (`make bench` measures it).
+func TestBlackHoledControlPlaneNode(t *testing.T) {
+	for _, death := range []ciliumnodes.Death{ciliumnodes.LinkDown, ciliumnodes.Hung} {
+		t.Run(string(death), func(t *testing.T) {
+			ctx := context.Background()
+			if _, err := cluster.Run(ctx, ciliumnodes.Agents{}); err != nil {
+				t.Fatal(err)
+			}
+			r, err := cluster.BlackHole(ctx, "worker-0", death, 30*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s died (%s): the agent on %s was connected to %s after %s", r.From, death, r.Worker, r.To, r.After.Round(100*time.Millisecond))
+		})
+	}
+}

@@ -30,9 +30,13 @@ import (
 // documentedEnv and documentedKeys are all the mutation may change besides `--k8s-api-server*` flags, the endpoints
 // volume and its mounts, and the host aliases of apiserverendpoints.ServerName.
 var (
-	documentedEnv  = []string{cilium.EnvServiceHost, cilium.EnvServicePort, cilium.EnvAPIServerURLs, cilium.EnvAPIServer, cilium.EnvKubeconfigPath}
+	documentedEnv = []string{
+		cilium.EnvServiceHost, cilium.EnvServicePort, cilium.EnvAPIServerURLs, cilium.EnvAPIServer, cilium.EnvKubeconfigPath,
+		cilium.EnvHTTP2ReadIdleTimeout, cilium.EnvHTTP2PingTimeout,
+	}
 	documentedKeys = []string{
-		cilium.FlagAPIServer, cilium.FlagAPIServerURLs, cilium.FlagKubeconfigPath, ciliumconfig.KeyLBIPAM, ciliumconfig.KeyL2Announcements,
+		cilium.FlagAPIServer, cilium.FlagAPIServerURLs, cilium.FlagKubeconfigPath, cilium.FlagClientConnectionTimeout,
+		ciliumconfig.KeyLBIPAM, ciliumconfig.KeyL2Announcements,
 		ciliumconfig.KeyL2LeaseDuration, ciliumconfig.KeyL2LeaseRenewDeadline, ciliumconfig.KeyL2LeaseRetryPeriod,
 		ciliumconfig.KeyBGPControlPlane, ciliumconfig.KeyClientQPS, ciliumconfig.KeyClientBurst,
 	}

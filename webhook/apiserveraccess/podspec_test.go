@@ -1,6 +1,7 @@
 package apiserveraccess
 
 import (
+	"net/netip"
 	"slices"
 	"strconv"
 	"testing"
@@ -88,7 +89,7 @@ func TestPinPodSpecControlPlane(t *testing.T) {
 		}
 		return n
 	}
-	if want := []string{"KUBERNETES_SERVICE_HOST", "GOMEMLIMIT", "KUBERNETES_SERVICE_PORT", "CILIUM_K8S_API_SERVER_URLS"}; !slices.Equal(names(spec.Containers[0]), want) {
+	if want := []string{"KUBERNETES_SERVICE_HOST", "GOMEMLIMIT", "KUBERNETES_SERVICE_PORT", "CILIUM_K8S_API_SERVER_URLS", "HTTP2_PING_TIMEOUT_SECONDS", "HTTP2_READ_IDLE_TIMEOUT_SECONDS"}; !slices.Equal(names(spec.Containers[0]), want) {
 		t.Errorf("agent env = %v, want %v", names(spec.Containers[0]), want)
 	}
 	if !equality.Semantic.DeepEqual(spec.InitContainers[1], *unrelated) {
@@ -323,6 +324,32 @@ func TestNodeNameOf(t *testing.T) {
 	} {
 		if got := nodeNameOf(&corev1.Pod{Spec: tc.spec}); got != tc.want {
 			t.Errorf("%s: nodeNameOf = %q, want %q", name, got, tc.want)
+		}
+	}
+}
+
+// TestDeadPeerTimeouts: every container that talks to kube-apiserver, wherever it runs and from a pod or a template,
+// gets client-go's HTTP/2 health check tightened, unless the chart or the operator set it; other containers do not.
+func TestDeadPeerTimeouts(t *testing.T) {
+	cp := apiserverendpoints.ControlPlane{Addresses: []netip.Addr{netip.MustParseAddr("10.0.1.10")}}
+	for name, tgt := range map[string]target{
+		"pod on the control plane": {Pod: true, ControlPlane: true, Version: version(t, "1.19.7")},
+		"pod on a worker":          {Pod: true, Endpoints: cp, SpreadKey: "worker-0", Version: version(t, "1.19.7")},
+		"template":                 {Version: version(t, "1.17.8")},
+	} {
+		spec := &corev1.PodSpec{Containers: []corev1.Container{
+			{Name: "cilium-agent", Command: []string{"cilium-agent"}, Env: []corev1.EnvVar{{Name: "HTTP2_PING_TIMEOUT_SECONDS", Value: "2"}}},
+			{Name: "sidecar", Command: []string{"sleep"}},
+		}}
+		pinPodSpec(spec, tgt)
+		if e, _ := envNamed(spec.Containers[0], "HTTP2_READ_IDLE_TIMEOUT_SECONDS"); e.Value != "4" {
+			t.Errorf("%s: HTTP2_READ_IDLE_TIMEOUT_SECONDS = %+v, want 4", name, e)
+		}
+		if e, _ := envNamed(spec.Containers[0], "HTTP2_PING_TIMEOUT_SECONDS"); e.Value != "2" {
+			t.Errorf("%s: the chart's HTTP2_PING_TIMEOUT_SECONDS became %+v", name, e)
+		}
+		if len(spec.Containers[1].Env) != 0 {
+			t.Errorf("%s: a container that does not talk to kube-apiserver got %v", name, spec.Containers[1].Env)
 		}
 	}
 }

@@ -1,0 +1,73 @@
+package ciliumnodes
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// Reconnect is how a worker's agent got over the death of the control-plane node whose kube-apiserver it was
+// connected to.
+type Reconnect struct {
+	Worker, From, To string
+	// After is the time from the death until the agent held a connection to another control-plane node.
+	After time.Duration
+}
+
+// BlackHole kills the control-plane node that worker's agent is connected to, as death says: its agent killed, its link
+// down or every packet it receives or sends dropped, so that nothing refuses a connection and nothing answers. It
+// measures, for at most within, until the worker's agent holds a connection to another control-plane node's
+// kube-apiserver. The dead node stays dead until the next Run.
+func (c *Cluster) BlackHole(ctx context.Context, worker string, death Death, within time.Duration) (Reconnect, error) {
+	r := Reconnect{Worker: worker}
+	w := c.nodes[worker]
+	if w == nil || w.ControlPlane {
+		return r, fmt.Errorf("%s is no worker of the cluster", worker)
+	}
+	peers, err := w.APIServerPeers()
+	if err != nil {
+		return r, err
+	}
+	if len(peers) != 1 {
+		return r, fmt.Errorf("the agent on %s is connected to %v, not to one kube-apiserver", worker, peers)
+	}
+	host, _, err := net.SplitHostPort(peers[0])
+	if err != nil {
+		return r, err
+	}
+	dead := c.NodeByIP(host)
+	if dead == nil || !dead.ControlPlane {
+		return r, fmt.Errorf("the agent on %s is connected to %s, which is no control-plane node", worker, peers[0])
+	}
+	r.From = dead.Name
+	c.disturb(dead.Name)
+	if death == LinkDown {
+		if err := dead.SetLink(false); err != nil {
+			return r, err
+		}
+	} else if err := dead.silence(); err != nil {
+		return r, err
+	}
+	start := time.Now()
+	dead.Kill()
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, within, true, func(context.Context) (bool, error) {
+		peers, err := w.APIServerPeers()
+		if err != nil || len(peers) != 1 {
+			return false, nil
+		}
+		host, _, _ := net.SplitHostPort(peers[0])
+		if to := c.NodeByIP(host); to != nil && to.ControlPlane && to != dead {
+			r.To, r.After = to.Name, time.Since(start)
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		peers, _ := w.APIServerPeers()
+		return r, fmt.Errorf("%s after %s died: the agent on %s is connected to %v: %w", within, dead.Name, worker, peers, err)
+	}
+	return r, nil
+}
