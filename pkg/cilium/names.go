@@ -79,11 +79,11 @@ const (
 	// answered within the second. They default to 30 s and 15 s.
 	EnvHTTP2ReadIdleTimeout = "HTTP2_READ_IDLE_TIMEOUT_SECONDS"
 	EnvHTTP2PingTimeout     = "HTTP2_PING_TIMEOUT_SECONDS"
-	// FlagClientConnectionTimeout is the dial timeout of the agent's and the operator's kube-apiserver client
-	// (pkg/k8s/client/cell.go: net.Dialer{Timeout: K8sClientConnectionTimeout}; 30 s by default in 1.17 to 1.20). Go's
-	// dialer splits it over a name's addresses (net/dial.go dialSerial, partialDeadline: an equal share each, at least
-	// 2 s).
-	FlagClientConnectionTimeout = "k8s-client-connection-timeout"
+	// EnvClientConnectionTimeout is the dial timeout of the kube-apiserver client of the agent, the operator and
+	// `cilium-dbg build-config` (the hive flag k8s-client-connection-timeout of pkg/k8s/client: net.Dialer{Timeout:
+	// K8sClientConnectionTimeout} in cell.go; 30 s by default in 1.17 to 1.20). Go's dialer splits it over a name's
+	// addresses (net/dial.go dialSerial, partialDeadline: an equal share each, at least 2 s).
+	EnvClientConnectionTimeout = "CILIUM_K8S_CLIENT_CONNECTION_TIMEOUT"
 )
 
 // APIServerFlags are the options that decide which kube-apiserver a component uses.

@@ -31,8 +31,8 @@ type Want func(c corev1.Container) Expected
 // as rendered.
 var (
 	apiServerVars = []string{cilium.EnvServiceHost, cilium.EnvServicePort, cilium.EnvAPIServerURLs, cilium.EnvAPIServer, cilium.EnvKubeconfigPath,
-		cilium.EnvHTTP2ReadIdleTimeout, cilium.EnvHTTP2PingTimeout}
-	deadPeerVars = map[string]string{cilium.EnvHTTP2ReadIdleTimeout: "4", cilium.EnvHTTP2PingTimeout: "4"}
+		cilium.EnvHTTP2ReadIdleTimeout, cilium.EnvHTTP2PingTimeout, cilium.EnvClientConnectionTimeout}
+	deadPeerVars = map[string]string{cilium.EnvHTTP2ReadIdleTimeout: "4", cilium.EnvHTTP2PingTimeout: "4", cilium.EnvClientConnectionTimeout: "6s"}
 )
 
 // VerifyPinned compares a mutated pod spec with the rendered one and lists what is wrong: what VerifyEnv checks; that

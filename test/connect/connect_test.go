@@ -276,17 +276,25 @@ type placement struct {
 	// admitted: the webhook admitted the pod; otherwise it comes from the admitted template alone, as while the webhook
 	// is unreachable.
 	admitted bool
-	// deadFirst switches off the control-plane address the pod's hosts file lists first for the server name.
-	deadFirst bool
+	// firstDies kills the control-plane address the pod's hosts file lists first for the server name, and returns how
+	// to bring it back.
+	firstDies func(addr string) (func() error, error)
 	// allowed are the addresses the pod may reach; a pod with hostAliases must reach the first that is alive.
 	allowed []string
+}
+
+// refuse switches addr's kube-apiserver off, its node staying up: connections are refused.
+func refuse(addr string) (func() error, error) {
+	sandbox.SwitchOff(addr)
+	return func() error { return sandbox.SwitchOn(addr) }, nil
 }
 
 func placements() []placement {
 	return []placement{
 		{name: "on cp-1", node: "cp-1", admitted: true, allowed: []string{podrun.LocalAPIServer}},
 		{name: "on worker-0", node: "worker-0", admitted: true, allowed: sandbox.ControlPlaneAddresses()},
-		{name: "on worker-0 with the first control-plane node dead", node: "worker-0", admitted: true, deadFirst: true, allowed: sandbox.ControlPlaneAddresses()},
+		{name: "on worker-0 with the first control-plane node dead", node: "worker-0", admitted: true, firstDies: refuse, allowed: sandbox.ControlPlaneAddresses()},
+		{name: "on worker-0 with the first control-plane node black-holed", node: "worker-0", admitted: true, firstDies: sandbox.BlackHole, allowed: sandbox.ControlPlaneAddresses()},
 		{name: "from the template on worker-1", node: "worker-1", allowed: sandbox.ControlPlaneAddresses()},
 	}
 }
@@ -308,10 +316,13 @@ func forEachPlacement(t *testing.T, pod func(inst *installation, node string, co
 					// webhook's rotation of hostAliases decides which kube-apiserver a pod uses while all are alive.
 					first := pl.Spec.HostAliases[0].IP + ":443"
 					p.allowed = []string{first}
-					if p.deadFirst {
-						sandbox.SwitchOff(first)
+					if p.firstDies != nil {
+						revive, err := p.firstDies(first)
+						if err != nil {
+							t.Fatal(err)
+						}
 						t.Cleanup(func() {
-							if err := sandbox.SwitchOn(first); err != nil {
+							if err := revive(); err != nil {
 								t.Error(err)
 							}
 						})

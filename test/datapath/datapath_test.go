@@ -76,7 +76,7 @@ func assertConnections(t *testing.T, n *ciliumnodes.Node, pod *corev1.Pod) {
 // anything (its link goes down, or it drops every packet), while the connection is established. client-go's HTTP/2
 // health check, as the webhook tightens it (4 s without a frame, then a ping answered within 4 s), closes the dead
 // connection, and the agent dials the next control-plane node of its hostAliases, each address getting a third of the
-// 10 s dial timeout `cilium-config` gets. The wait ends before client-go's defaults (30 s + 15 s) could have closed the
+// 6 s dial timeout the webhook sets. The wait ends before client-go's defaults (30 s + 15 s) could have closed the
 // connection at all, so a pass shows the tightened check at work; the time it took is logged (`make bench` measures it).
 func TestBlackHoledControlPlaneNode(t *testing.T) {
 	for _, death := range []ciliumnodes.Death{ciliumnodes.LinkDown, ciliumnodes.Hung} {

@@ -157,6 +157,24 @@ func (s *Sandbox) SwitchOff(addr string) { s.endpoints[addr].Stop() }
 // SwitchOn starts addr again after SwitchOff.
 func (s *Sandbox) SwitchOn(addr string) error { return s.endpoints[addr].Start() }
 
+// BlackHole makes addr (host:port) drop every packet sent to it, as a node that is powered off, partitioned or whose
+// link is down does: nothing refuses, a connection attempt times out. It returns how to undo it.
+func (s *Sandbox) BlackHole(addr string) (func() error, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	// The raw table's OUTPUT comes first for what the namespace's processes send, loopback included.
+	rule := []string{"OUTPUT", "-d", host, "-p", "tcp", "--dport", port, "-j", "DROP"}
+	iptables := func(op string) error {
+		return runCommand("ip", append([]string{"netns", "exec", s.ns.Name(), "iptables", "-w", "-t", "raw", op}, rule...)...)
+	}
+	if err := iptables("-I"); err != nil {
+		return nil, err
+	}
+	return func() error { return iptables("-D") }, nil
+}
+
 // Container is one container of an admitted pod, with what kubelet would give it.
 type Container struct {
 	Pod *corev1.Pod

@@ -18,27 +18,7 @@ import (
 // removes the API server options (cleanConfig) and, for a cilium exposure, completes what the exposure needs.
 func (m *mutator) mutateCiliumConfig(ctx context.Context, ciliumConfig *corev1.ConfigMap, shoot *gardencorev1beta1.Shoot) {
 	cleanConfig(ciliumConfig.Data)
-	boundDial(ciliumConfig)
 	completeForExposure(ctx, ciliumConfig, shoot)
-}
-
-// dialTimeout is the agents' and the operator's dial timeout to kube-apiserver unless `cilium-config` sets one. A pod
-// off the control plane dials the name its hostAliases resolve to every control-plane node, one after the other, and
-// Go's dialer gives each address an equal share of the timeout: with three control-plane nodes of which the first
-// drops every packet, Cilium's 30 s cost 10 s before the next is tried, and 10 s cost 3.3 s. A TCP handshake inside a
-// cluster's node network takes milliseconds; the TLS handshake has a timeout of its own.
-const dialTimeout = "10s"
-
-// boundDial sets dialTimeout in `cilium-config` where it names none: in the config directory, Cilium's lowest layer,
-// so that a flag or an environment variable of the operator's still wins.
-func boundDial(ciliumConfig *corev1.ConfigMap) {
-	if _, ok := ciliumConfig.Data[cilium.FlagClientConnectionTimeout]; ok {
-		return
-	}
-	if ciliumConfig.Data == nil {
-		ciliumConfig.Data = map[string]string{}
-	}
-	ciliumConfig.Data[cilium.FlagClientConnectionTimeout] = dialTimeout
 }
 
 // cleanConfig removes the API server options from the `cilium-config` data. `k8s-api-server` is an option of its own

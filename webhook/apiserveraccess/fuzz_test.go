@@ -32,11 +32,10 @@ import (
 var (
 	documentedEnv = []string{
 		cilium.EnvServiceHost, cilium.EnvServicePort, cilium.EnvAPIServerURLs, cilium.EnvAPIServer, cilium.EnvKubeconfigPath,
-		cilium.EnvHTTP2ReadIdleTimeout, cilium.EnvHTTP2PingTimeout,
+		cilium.EnvHTTP2ReadIdleTimeout, cilium.EnvHTTP2PingTimeout, cilium.EnvClientConnectionTimeout,
 	}
 	documentedKeys = []string{
-		cilium.FlagAPIServer, cilium.FlagAPIServerURLs, cilium.FlagKubeconfigPath, cilium.FlagClientConnectionTimeout,
-		ciliumconfig.KeyLBIPAM, ciliumconfig.KeyL2Announcements,
+		cilium.FlagAPIServer, cilium.FlagAPIServerURLs, cilium.FlagKubeconfigPath, ciliumconfig.KeyLBIPAM, ciliumconfig.KeyL2Announcements,
 		ciliumconfig.KeyL2LeaseDuration, ciliumconfig.KeyL2LeaseRenewDeadline, ciliumconfig.KeyL2LeaseRetryPeriod,
 		ciliumconfig.KeyBGPControlPlane, ciliumconfig.KeyClientQPS, ciliumconfig.KeyClientBurst,
 	}

@@ -97,13 +97,18 @@ func pinContainers(spec *corev1.PodSpec, pin func(*corev1.Container)) {
 	}
 }
 
-// deadPeerTimeouts bound how long a container stays on an HTTP/2 connection to a kube-apiserver that stopped answering
-// without refusing anything (its node powered off, partitioned, its link down: packets are dropped): after 4 s without
-// a frame client-go pings, and closes the connection when no answer comes within 4 s. With client-go's defaults (30 s
-// and 15 s) an agent whose control-plane node died stays cut off for about a minute (55 s measured on this project's
-// datapath) while it is in no way at fault. The cost is a ping on a connection idle for 4 s. Cilium's own heartbeat
-// would not help: it closes the connections of rest.Config.Transport, which Cilium leaves nil.
-var deadPeerTimeouts = map[string]string{cilium.EnvHTTP2ReadIdleTimeout: "4", cilium.EnvHTTP2PingTimeout: "4"}
+// deadPeerTimeouts bound what a kube-apiserver that stopped answering without refusing anything (its node powered off,
+// partitioned, its link down: packets are dropped) costs a container:
+//
+//   - on an established HTTP/2 connection, client-go pings after 4 s without a frame and closes the connection when no
+//     answer comes within 4 s. With its defaults (30 s and 15 s) an agent whose control-plane node died stayed cut
+//     off for 55 s on this project's datapath. The cost is a ping on a connection idle for 4 s. Cilium's own
+//     heartbeat does not help: it closes the connections of rest.Config.Transport, which Cilium leaves nil;
+//   - on every new connection, each dead address the hostAliases list before a live one costs a share of the dial
+//     timeout: 2 s of 6 s with three control-plane nodes (Go's minimum share), where Cilium's 30 s cost 10 s, and an
+//     operator that starts several clients pays it for each. A TCP handshake in a node network takes milliseconds;
+//     the TLS handshake has a timeout of its own.
+var deadPeerTimeouts = map[string]string{cilium.EnvHTTP2ReadIdleTimeout: "4", cilium.EnvHTTP2PingTimeout: "4", cilium.EnvClientConnectionTimeout: "6s"}
 
 // boundDeadPeers sets deadPeerTimeouts in c's environment where the chart or the operator did not set them.
 func boundDeadPeers(c *corev1.Container) {

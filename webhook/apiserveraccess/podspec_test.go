@@ -89,7 +89,7 @@ func TestPinPodSpecControlPlane(t *testing.T) {
 		}
 		return n
 	}
-	if want := []string{"KUBERNETES_SERVICE_HOST", "GOMEMLIMIT", "KUBERNETES_SERVICE_PORT", "CILIUM_K8S_API_SERVER_URLS", "HTTP2_PING_TIMEOUT_SECONDS", "HTTP2_READ_IDLE_TIMEOUT_SECONDS"}; !slices.Equal(names(spec.Containers[0]), want) {
+	if want := []string{"KUBERNETES_SERVICE_HOST", "GOMEMLIMIT", "KUBERNETES_SERVICE_PORT", "CILIUM_K8S_API_SERVER_URLS", "CILIUM_K8S_CLIENT_CONNECTION_TIMEOUT", "HTTP2_PING_TIMEOUT_SECONDS", "HTTP2_READ_IDLE_TIMEOUT_SECONDS"}; !slices.Equal(names(spec.Containers[0]), want) {
 		t.Errorf("agent env = %v, want %v", names(spec.Containers[0]), want)
 	}
 	if !equality.Semantic.DeepEqual(spec.InitContainers[1], *unrelated) {
@@ -344,6 +344,9 @@ func TestDeadPeerTimeouts(t *testing.T) {
 		pinPodSpec(spec, tgt)
 		if e, _ := envNamed(spec.Containers[0], "HTTP2_READ_IDLE_TIMEOUT_SECONDS"); e.Value != "4" {
 			t.Errorf("%s: HTTP2_READ_IDLE_TIMEOUT_SECONDS = %+v, want 4", name, e)
+		}
+		if e, _ := envNamed(spec.Containers[0], "CILIUM_K8S_CLIENT_CONNECTION_TIMEOUT"); e.Value != "6s" {
+			t.Errorf("%s: CILIUM_K8S_CLIENT_CONNECTION_TIMEOUT = %+v, want 6s", name, e)
 		}
 		if e, _ := envNamed(spec.Containers[0], "HTTP2_PING_TIMEOUT_SECONDS"); e.Value != "2" {
 			t.Errorf("%s: the chart's HTTP2_PING_TIMEOUT_SECONDS became %+v", name, e)
