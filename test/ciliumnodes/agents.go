@@ -45,6 +45,23 @@ type installation struct {
 type Agents struct {
 	Chart Chart
 	Lease *LeaseTimings
+	// ClientDefaults runs the pods without the client timeouts the webhook sets (as a pod admitted without them, or
+	// an operator's value, would run): client-go's HTTP/2 health check and Cilium's dial timeout as they come.
+	ClientDefaults bool
+}
+
+// clientTimeouts are the variables of the client timeouts that Agents.ClientDefaults leaves out.
+var clientTimeouts = []string{cilium.EnvHTTP2ReadIdleTimeout, cilium.EnvHTTP2PingTimeout, cilium.EnvClientConnectionTimeout}
+
+// withClientDefaults is pod without the variables of clientTimeouts.
+func withClientDefaults(pod *corev1.Pod) *corev1.Pod {
+	pod = pod.DeepCopy()
+	for _, containers := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range containers {
+			containers[i].Env = slices.DeleteFunc(containers[i].Env, func(e corev1.EnvVar) bool { return slices.Contains(clientTimeouts, e.Name) })
+		}
+	}
+	return pod
 }
 
 // LeaseTimings are the L2 announcer's lease duration, renew deadline and retry period.
@@ -185,10 +202,15 @@ func (c *Cluster) Run(ctx context.Context, want Agents) (map[string]*corev1.Pod,
 	var restarts sync.WaitGroup
 	errs := make(chan error, len(c.nodes))
 	for _, n := range c.Nodes() {
-		if c.running != nil && c.running.Chart == want.Chart && (!n.ControlPlane || sameLease(c.running.Lease, want.Lease)) && n.running() {
+		if c.running != nil && c.running.Chart == want.Chart && c.running.ClientDefaults == want.ClientDefaults &&
+			(!n.ControlPlane || sameLease(c.running.Lease, want.Lease)) && n.running() {
 			continue
 		}
-		restarts.Go(func() { errs <- n.restart(ctx, c.env, inst.pods[n.Name], configMaps, want.Lease) })
+		pod := inst.pods[n.Name]
+		if want.ClientDefaults {
+			pod = withClientDefaults(pod)
+		}
+		restarts.Go(func() { errs <- n.restart(ctx, c.env, pod, configMaps, want.Lease) })
 	}
 	restarts.Wait()
 	close(errs)

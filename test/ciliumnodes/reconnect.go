@@ -15,6 +15,7 @@ type Reconnect struct {
 	Worker, From, To string
 	// After is the time from the death until the agent held a connection to another control-plane node.
 	After time.Duration
+	died  time.Time
 }
 
 // BlackHole kills the control-plane node that worker's agent is connected to, as death says: its agent killed, its link
@@ -51,23 +52,30 @@ func (c *Cluster) BlackHole(ctx context.Context, worker string, death Death, wit
 	} else if err := dead.silence(); err != nil {
 		return r, err
 	}
-	start := time.Now()
+	r.died = time.Now()
 	dead.Kill()
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, within, true, func(context.Context) (bool, error) {
+	return c.WaitForReconnect(ctx, r, within)
+}
+
+// WaitForReconnect waits, for at most within, until the agent of r's worker holds a connection to a control-plane
+// node other than the one that died, and says after how long.
+func (c *Cluster) WaitForReconnect(ctx context.Context, r Reconnect, within time.Duration) (Reconnect, error) {
+	w, dead := c.nodes[r.Worker], c.nodes[r.From]
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, within, true, func(context.Context) (bool, error) {
 		peers, err := w.APIServerPeers()
 		if err != nil || len(peers) != 1 {
 			return false, nil
 		}
 		host, _, _ := net.SplitHostPort(peers[0])
 		if to := c.NodeByIP(host); to != nil && to.ControlPlane && to != dead {
-			r.To, r.After = to.Name, time.Since(start)
+			r.To, r.After = to.Name, time.Since(r.died)
 			return true, nil
 		}
 		return false, nil
 	})
 	if err != nil {
 		peers, _ := w.APIServerPeers()
-		return r, fmt.Errorf("%s after %s died: the agent on %s is connected to %v: %w", within, dead.Name, worker, peers, err)
+		return r, fmt.Errorf("%s after %s died: the agent on %s is connected to %v: %w", time.Since(r.died).Round(time.Second), dead.Name, r.Worker, peers, err)
 	}
 	return r, nil
 }
