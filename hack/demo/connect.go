@@ -23,6 +23,7 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumoperator"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
 )
 
 // componentRun is one Cilium container started from an admitted pod.
@@ -39,7 +40,7 @@ type componentRun struct {
 // verification.
 func (d *demo) connections(ctx context.Context, rendered *ciliumchart.Objects, agentPods map[string]*corev1.Pod) ([]string, error) {
 	if d.sandbox == nil {
-		fmt.Println("(skipped: running Cilium in network and mount namespaces needs root: run `sudo make demo`)")
+		fmt.Printf("(skipped: %v)\n", testenv.Root())
 		return nil, nil
 	}
 	sandbox := d.sandbox

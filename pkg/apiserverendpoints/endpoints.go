@@ -186,13 +186,13 @@ func (c ControlPlane) HostAliases(key string) []corev1.HostAlias {
 	if c.Empty() {
 		return nil
 	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
 	aliases := make([]corev1.HostAlias, 0, len(c.Addresses))
 	for _, part := range [][]netip.Addr{c.Addresses[:c.Ready], c.Addresses[c.Ready:]} {
 		if len(part) == 0 {
 			continue
 		}
-		h := fnv.New32a()
-		_, _ = h.Write([]byte(key))
 		start := int(h.Sum32() % uint32(len(part)))
 		for i := range part {
 			aliases = append(aliases, corev1.HostAlias{IP: part[(start+i)%len(part)].String(), Hostnames: []string{ServerName}})

@@ -86,6 +86,9 @@ const (
 	EnvClientConnectionTimeout = "CILIUM_K8S_CLIENT_CONNECTION_TIMEOUT"
 )
 
+// ClientTimeoutVars are the variables of those client timeouts.
+var ClientTimeoutVars = []string{EnvHTTP2ReadIdleTimeout, EnvHTTP2PingTimeout, EnvClientConnectionTimeout}
+
 // APIServerFlags are the options that decide which kube-apiserver a component uses.
 var APIServerFlags = []string{FlagAPIServerURLs, FlagAPIServer, FlagKubeconfigPath}
 

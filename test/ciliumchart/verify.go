@@ -26,13 +26,12 @@ type Expected struct {
 // Want says what a container is expected to get.
 type Want func(c corev1.Container) Expected
 
-// apiServerVars are the variables whose value Expected describes, and deadPeerVars those of client-go's HTTP/2 health
-// check, which every container that talks to kube-apiserver gets where the chart sets none; every other one must stay
-// as rendered.
+// apiServerVars are the variables whose value Expected describes, and clientTimeouts the client timeouts every
+// container that talks to kube-apiserver gets where the chart sets none; every other variable must stay as rendered.
 var (
-	apiServerVars = []string{cilium.EnvServiceHost, cilium.EnvServicePort, cilium.EnvAPIServerURLs, cilium.EnvAPIServer, cilium.EnvKubeconfigPath,
-		cilium.EnvHTTP2ReadIdleTimeout, cilium.EnvHTTP2PingTimeout, cilium.EnvClientConnectionTimeout}
-	deadPeerVars = map[string]string{cilium.EnvHTTP2ReadIdleTimeout: "4", cilium.EnvHTTP2PingTimeout: "4", cilium.EnvClientConnectionTimeout: "6s"}
+	apiServerVars = append([]string{cilium.EnvServiceHost, cilium.EnvServicePort, cilium.EnvAPIServerURLs, cilium.EnvAPIServer,
+		cilium.EnvKubeconfigPath}, cilium.ClientTimeoutVars...)
+	clientTimeouts = map[string]string{cilium.EnvHTTP2ReadIdleTimeout: "4", cilium.EnvHTTP2PingTimeout: "4", cilium.EnvClientConnectionTimeout: "6s"}
 )
 
 // VerifyPinned compares a mutated pod spec with the rendered one and lists what is wrong: what VerifyEnv checks; that
@@ -128,7 +127,7 @@ func VerifyEnv(mutated, rendered *corev1.PodSpec, want Want, configMaps map[stri
 				got[cilium.EnvServiceHost], got[cilium.EnvServicePort], got[cilium.EnvAPIServerURLs], got[cilium.EnvKubeconfigPath],
 				w.Host, w.Port, w.URLs, w.Kubeconfig))
 		}
-		for name, value := range deadPeerVars {
+		for name, value := range clientTimeouts {
 			if v, ok := rendered[name]; ok {
 				value = v
 			}

@@ -50,15 +50,12 @@ type Agents struct {
 	ClientDefaults bool
 }
 
-// clientTimeouts are the variables of the client timeouts that Agents.ClientDefaults leaves out.
-var clientTimeouts = []string{cilium.EnvHTTP2ReadIdleTimeout, cilium.EnvHTTP2PingTimeout, cilium.EnvClientConnectionTimeout}
-
-// withClientDefaults is pod without the variables of clientTimeouts.
+// withClientDefaults is pod without the client timeouts the webhook sets (cilium.ClientTimeoutVars).
 func withClientDefaults(pod *corev1.Pod) *corev1.Pod {
 	pod = pod.DeepCopy()
 	for _, containers := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for i := range containers {
-			containers[i].Env = slices.DeleteFunc(containers[i].Env, func(e corev1.EnvVar) bool { return slices.Contains(clientTimeouts, e.Name) })
+			containers[i].Env = slices.DeleteFunc(containers[i].Env, func(e corev1.EnvVar) bool { return slices.Contains(cilium.ClientTimeoutVars, e.Name) })
 		}
 	}
 	return pod

@@ -50,8 +50,8 @@ var NodeNames = []string{"cp-0", "cp-1", "cp-2", "worker-0"}
 
 // Available says why agents cannot run on this machine, or nil when they can.
 func Available() error {
-	if os.Getuid() != 0 {
-		return fmt.Errorf("the agents need root for network namespaces, BPF and cgroups: run `sudo make test` (or `sudo make demo`)")
+	if err := testenv.Root(); err != nil {
+		return err
 	}
 	if _, err := os.Stat(Clang); err != nil {
 		return fmt.Errorf("the agents compile their BPF programs with %s, which is missing: run `sudo hack/setup.sh`", Clang)

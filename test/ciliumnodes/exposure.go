@@ -271,18 +271,9 @@ func (c *Cluster) FailOver(ctx context.Context, exp *extensionsv1alpha1.SelfHost
 		return f, fmt.Errorf("the L2 announcement lease says %s, the agents run with %s: %w", f.Lease, want, err)
 	}
 	c.disturb(f.From)
-	if death == LinkDown {
-		if err := dead.SetLink(false); err != nil {
-			return f, err
-		}
-	}
-	start := time.Now()
-	dead.Kill()
-	if death == Hung {
-		// After the agent, whose BPF programs go with it, so that nothing on the node answers any more.
-		if err := dead.silence(); err != nil {
-			return f, err
-		}
+	start, err := dead.die(death)
+	if err != nil {
+		return f, err
 	}
 	// ARP and HTTPS are polled apart, each about every 200 ms with a short timeout, so that one's wait does not delay
 	// the other's measurement.

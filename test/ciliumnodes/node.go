@@ -348,6 +348,25 @@ func (n *Node) SwitchAPIServer(on bool) error {
 	return nil
 }
 
+// die kills the node as death says, its agent without a chance to hand anything over, and returns when it died: the
+// moment its link went down, or its agent was killed before it went silent.
+func (n *Node) die(death Death) (time.Time, error) {
+	if death == LinkDown {
+		if err := n.SetLink(false); err != nil {
+			return time.Time{}, err
+		}
+	}
+	start := time.Now()
+	n.Kill()
+	if death == Hung {
+		// After the agent, whose BPF programs go with it, so that nothing on the node answers any more.
+		if err := n.silence(); err != nil {
+			return start, err
+		}
+	}
+	return start, nil
+}
+
 // silenceRules drop every IP packet the node receives or sends (the raw table comes first), its link staying up.
 // tc's matchall classifier is not available on every kernel; iptables is, and the agent needs it anyway.
 var silenceRules = [][]string{{"PREROUTING", "-j", "DROP"}, {"OUTPUT", "-j", "DROP"}}

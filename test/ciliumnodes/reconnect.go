@@ -28,46 +28,24 @@ func (c *Cluster) BlackHole(ctx context.Context, worker string, death Death, wit
 	if w == nil || w.ControlPlane {
 		return r, fmt.Errorf("%s is no worker of the cluster", worker)
 	}
-	peers, err := w.APIServerPeers()
+	dead, err := c.apiServerOf(w)
 	if err != nil {
 		return r, err
-	}
-	if len(peers) != 1 {
-		return r, fmt.Errorf("the agent on %s is connected to %v, not to one kube-apiserver", worker, peers)
-	}
-	host, _, err := net.SplitHostPort(peers[0])
-	if err != nil {
-		return r, err
-	}
-	dead := c.NodeByIP(host)
-	if dead == nil || !dead.ControlPlane {
-		return r, fmt.Errorf("the agent on %s is connected to %s, which is no control-plane node", worker, peers[0])
 	}
 	r.From = dead.Name
 	c.disturb(dead.Name)
-	if death == LinkDown {
-		if err := dead.SetLink(false); err != nil {
-			return r, err
-		}
-	} else if err := dead.silence(); err != nil {
+	if r.died, err = dead.die(death); err != nil {
 		return r, err
 	}
-	r.died = time.Now()
-	dead.Kill()
 	return c.WaitForReconnect(ctx, r, within)
 }
 
 // WaitForReconnect waits, for at most within, until the agent of r's worker holds a connection to a control-plane
 // node other than the one that died, and says after how long.
 func (c *Cluster) WaitForReconnect(ctx context.Context, r Reconnect, within time.Duration) (Reconnect, error) {
-	w, dead := c.nodes[r.Worker], c.nodes[r.From]
+	w := c.nodes[r.Worker]
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, within, true, func(context.Context) (bool, error) {
-		peers, err := w.APIServerPeers()
-		if err != nil || len(peers) != 1 {
-			return false, nil
-		}
-		host, _, _ := net.SplitHostPort(peers[0])
-		if to := c.NodeByIP(host); to != nil && to.ControlPlane && to != dead {
+		if to, err := c.apiServerOf(w); err == nil && to.Name != r.From {
 			r.To, r.After = to.Name, time.Since(r.died)
 			return true, nil
 		}
@@ -75,7 +53,26 @@ func (c *Cluster) WaitForReconnect(ctx context.Context, r Reconnect, within time
 	})
 	if err != nil {
 		peers, _ := w.APIServerPeers()
-		return r, fmt.Errorf("%s after %s died: the agent on %s is connected to %v: %w", time.Since(r.died).Round(time.Second), dead.Name, r.Worker, peers, err)
+		return r, fmt.Errorf("%s after %s died: the agent on %s is connected to %v: %w", time.Since(r.died).Round(time.Second), r.From, r.Worker, peers, err)
 	}
 	return r, nil
+}
+
+// apiServerOf is the control-plane node whose kube-apiserver the agent on w is connected to, by its sockets.
+func (c *Cluster) apiServerOf(w *Node) (*Node, error) {
+	peers, err := w.APIServerPeers()
+	if err != nil {
+		return nil, err
+	}
+	if len(peers) != 1 {
+		return nil, fmt.Errorf("the agent on %s is connected to %v, not to one kube-apiserver", w.Name, peers)
+	}
+	host, _, err := net.SplitHostPort(peers[0])
+	if err != nil {
+		return nil, err
+	}
+	if n := c.NodeByIP(host); n != nil && n.ControlPlane {
+		return n, nil
+	}
+	return nil, fmt.Errorf("the agent on %s is connected to %s, which is no control-plane node", w.Name, peers[0])
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"strconv"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
@@ -23,8 +22,8 @@ var ControlPlaneIPs = []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"}
 // testenv.Options: kube-apiserver serves a certificate made as Gardener makes it for the self-hosted shoot
 // technicalID, holding ClusterIP.
 func ShootCertificates(technicalID string) (*testenv.Certificates, error) {
-	if os.Getuid() != 0 {
-		return nil, fmt.Errorf("running Cilium in network and mount namespaces needs root")
+	if err := testenv.Root(); err != nil {
+		return nil, err
 	}
 	return testenv.NewGardenerCertificates(technicalID, "shoot.example.com", net.ParseIP(ClusterIP))
 }

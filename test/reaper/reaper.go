@@ -2,7 +2,7 @@
 // killed: Confine moves the test binary into a cgroup of its own, so that every process it starts, their children and
 // the processes envtest starts with only a process group of their own are in it, and starts a reaper process outside
 // it. When the test binary ends for any reason, the reaper kills the cgroup (cgroup.kill), removes the network
-// namespaces the binary registered with Track and its temporary folder, and says what it found still there. A reaper
+// namespaces the binary registered with NetNS and its temporary folder, and says what it found still there. A reaper
 // that was killed too leaves a state file behind, which the next Confine on the machine reports and cleans up.
 //
 // A parent-death signal would not do: it is per thread, and neither envtest's etcd and kube-apiserver (controller-runtime
@@ -11,6 +11,7 @@
 package reaper
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,10 +28,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
-// BaseCgroup is the cgroup, under the cgroup2 root, that holds one cgroup per confined test binary. It stays, like
-// /run/netns, once the first suite has made it.
+// BaseCgroup is the cgroup, below the cgroup a test binary was started in, that holds one cgroup per confined test
+// binary. It stays, like /run/netns, once the first suite has made it.
 const BaseCgroup = "cilium-selfhosted-tests"
 
 // stateDir holds the state of each confined test binary while it runs, for its reaper and for later runs.
@@ -64,27 +67,17 @@ type process struct {
 	Start string
 }
 
-var (
-	// current is the confined binary's state, nil while it is not confined.
-	current    atomic.Pointer[state]
-	confineMu  sync.Mutex
-	confined   bool
-	confineErr error
-)
+// current is the confined binary's state, nil while it is not confined.
+var current atomic.Pointer[state]
 
 // Confine puts the test binary in a cgroup of its own and starts its reaper, after reporting and removing what earlier
 // runs on this machine left behind. Call it before the binary starts any process: one started meanwhile may stay
 // outside. It is idempotent; without root or a cgroup2 hierarchy it returns why it cannot, and the binary runs
 // unconfined.
-func Confine() error {
-	confineMu.Lock()
-	defer confineMu.Unlock()
-	if !confined {
-		confined = true
-		confineErr = confine()
-	}
-	return confineErr
-}
+var Confine = sync.OnceValue(confine)
+
+// Suite is the name of the running test binary's suite: its package's name.
+func Suite() string { return strings.TrimSuffix(filepath.Base(os.Args[0]), ".test") }
 
 // ConfineOrWarn confines the binary, or says why the processes it starts may outlive it.
 func ConfineOrWarn() {
@@ -108,7 +101,7 @@ func confine() error {
 	if err != nil {
 		return err
 	}
-	suite := strings.TrimSuffix(filepath.Base(binary), ".test")
+	suite := Suite()
 	self, err := processOf(os.Getpid())
 	if err != nil {
 		return err
@@ -397,19 +390,14 @@ func killCgroup(dir string) error {
 	if err := os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0o644); err != nil {
 		return fmt.Errorf("killing cgroup %s: %w", dir, err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for populated(dir) {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("cgroup %s still has processes 30s after cgroup.kill", dir)
-		}
-		time.Sleep(20 * time.Millisecond)
+	emptied := func(context.Context) (bool, error) {
+		b, err := os.ReadFile(filepath.Join(dir, "cgroup.events"))
+		return err == nil && !strings.Contains(string(b), "populated 1"), nil
+	}
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, emptied); err != nil {
+		return fmt.Errorf("cgroup %s still has processes 30s after cgroup.kill", dir)
 	}
 	return RemoveCgroups(dir)
-}
-
-func populated(dir string) bool {
-	b, err := os.ReadFile(filepath.Join(dir, "cgroup.events"))
-	return err == nil && strings.Contains(string(b), "populated 1")
 }
 
 // cgroupProcs lists the processes in dir and the cgroups below it.

@@ -31,8 +31,7 @@ func Check(prerequisites ...Prerequisite) error {
 
 // CannotRun prints the line that says why the suite cannot run, and returns the exit code for os.Exit.
 func CannotRun(err error) int {
-	suite := strings.TrimSuffix(filepath.Base(os.Args[0]), ".test")
-	fmt.Fprintf(os.Stderr, "%s %s%s\n", suite, CannotRunPrefix, strings.ReplaceAll(err.Error(), "\n", " "))
+	fmt.Fprintf(os.Stderr, "%s %s%s\n", reaper.Suite(), CannotRunPrefix, strings.ReplaceAll(err.Error(), "\n", " "))
 	return 1
 }
 
@@ -50,10 +49,10 @@ func EnvtestAssets() error {
 	return nil
 }
 
-// Root: the suites that run Cilium in network and mount namespaces.
+// Root: the suites (and the parts of the demo and the bench) that run Cilium in network and mount namespaces.
 func Root() error {
 	if os.Getuid() != 0 {
-		return errors.New("it runs Cilium in network and mount namespaces, which needs root: run `sudo make test`")
+		return errors.New("running Cilium in network and mount namespaces needs root: run `sudo make test` (or `sudo make demo`)")
 	}
 	return nil
 }

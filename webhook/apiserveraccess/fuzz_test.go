@@ -30,10 +30,8 @@ import (
 // documentedEnv and documentedKeys are all the mutation may change besides `--k8s-api-server*` flags, the endpoints
 // volume and its mounts, and the host aliases of apiserverendpoints.ServerName.
 var (
-	documentedEnv = []string{
-		cilium.EnvServiceHost, cilium.EnvServicePort, cilium.EnvAPIServerURLs, cilium.EnvAPIServer, cilium.EnvKubeconfigPath,
-		cilium.EnvHTTP2ReadIdleTimeout, cilium.EnvHTTP2PingTimeout, cilium.EnvClientConnectionTimeout,
-	}
+	documentedEnv = append([]string{cilium.EnvServiceHost, cilium.EnvServicePort, cilium.EnvAPIServerURLs, cilium.EnvAPIServer,
+		cilium.EnvKubeconfigPath}, cilium.ClientTimeoutVars...)
 	documentedKeys = []string{
 		cilium.FlagAPIServer, cilium.FlagAPIServerURLs, cilium.FlagKubeconfigPath, ciliumconfig.KeyLBIPAM, ciliumconfig.KeyL2Announcements,
 		ciliumconfig.KeyL2LeaseDuration, ciliumconfig.KeyL2LeaseRenewDeadline, ciliumconfig.KeyL2LeaseRetryPeriod,

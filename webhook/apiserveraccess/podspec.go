@@ -91,13 +91,13 @@ func pinContainers(spec *corev1.PodSpec, pin func(*corev1.Container)) {
 			if cilium.TalksToAPIServer(&containers[i]) {
 				pin(&containers[i])
 				dropContradictions(&containers[i])
-				boundDeadPeers(&containers[i])
+				setClientTimeouts(&containers[i])
 			}
 		}
 	}
 }
 
-// deadPeerTimeouts bound what a kube-apiserver that stopped answering without refusing anything (its node powered off,
+// clientTimeouts bound what a kube-apiserver that stopped answering without refusing anything (its node powered off,
 // partitioned, its link down: packets are dropped) costs a container:
 //
 //   - on an established HTTP/2 connection, client-go pings after 4 s without a frame and closes the connection when no
@@ -108,13 +108,13 @@ func pinContainers(spec *corev1.PodSpec, pin func(*corev1.Container)) {
 //     timeout: 2 s of 6 s with three control-plane nodes (Go's minimum share), where Cilium's 30 s cost 10 s, and an
 //     operator that starts several clients pays it for each. A TCP handshake in a node network takes milliseconds;
 //     the TLS handshake has a timeout of its own.
-var deadPeerTimeouts = map[string]string{cilium.EnvHTTP2ReadIdleTimeout: "4", cilium.EnvHTTP2PingTimeout: "4", cilium.EnvClientConnectionTimeout: "6s"}
+var clientTimeouts = map[string]string{cilium.EnvHTTP2ReadIdleTimeout: "4", cilium.EnvHTTP2PingTimeout: "4", cilium.EnvClientConnectionTimeout: "6s"}
 
-// boundDeadPeers sets deadPeerTimeouts in c's environment where the chart or the operator did not set them.
-func boundDeadPeers(c *corev1.Container) {
-	for _, name := range slices.Sorted(maps.Keys(deadPeerTimeouts)) {
+// setClientTimeouts sets clientTimeouts in c's environment where the chart or the operator did not set them.
+func setClientTimeouts(c *corev1.Container) {
+	for _, name := range slices.Sorted(maps.Keys(clientTimeouts)) {
 		if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == name }) {
-			c.Env = append(c.Env, corev1.EnvVar{Name: name, Value: deadPeerTimeouts[name]})
+			c.Env = append(c.Env, corev1.EnvVar{Name: name, Value: clientTimeouts[name]})
 		}
 	}
 }
