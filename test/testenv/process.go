@@ -92,8 +92,12 @@ func (p *Process) Log() string {
 }
 
 // LogTail is the last n lines of what the process has logged.
-func (p *Process) LogTail(n int) string {
-	lines := strings.Split(p.Log(), "\n")
+func (p *Process) LogTail(n int) string { return fileTail(p.logPath, n) }
+
+// fileTail is the last n lines of the file at path.
+func fileTail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(string(b), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 

@@ -127,6 +127,16 @@ func (e *Env) RunExtension(ctx context.Context, binary string) error {
 // ExtensionCommand is the binary and flags RunExtension started.
 func (e *Env) ExtensionCommand() []string { return e.extensionCommand }
 
+// WebhookAddress is the address of the webhook server of the extension RunExtension started.
+func (e *Env) WebhookAddress() string {
+	for _, arg := range e.extensionCommand {
+		if port, ok := strings.CutPrefix(arg, "--webhook-config-server-port="); ok {
+			return "127.0.0.1:" + port
+		}
+	}
+	return ""
+}
+
 // RestartExtension stops the extension started by RunSuite, abruptly (as a node failure or an OOM kill does) or
 // gracefully, and starts it again with the same flags. It does not wait for the new process to lead: tests wait for
 // what they need.

@@ -168,6 +168,10 @@ func Start(opts Options) (*Env, error) {
 	// Certificates in a directory of ours: envtest generates new ones into a directory of its own on every start,
 	// which would make RestartAPIServer a different server that no client trusts.
 	apiServer := env.ControlPlane.GetAPIServer()
+	// kubelet's grace period for kube-apiserver, as Gardener's pod sets it (terminationGracePeriodSeconds: 30 in
+	// pkg/component/kubernetes/apiserver/deployment.go): clients that hold watches over HTTP/2 keep a stopping
+	// kube-apiserver in its graceful shutdown for up to its request timeout (60 s), and kubelet kills it before that.
+	apiServer.StopTimeout = apiServerGracePeriod
 	apiServer.CertDir = filepath.Join(dir, "kube-apiserver")
 	if err := os.MkdirAll(apiServer.CertDir, 0o700); err != nil {
 		_ = os.RemoveAll(dir)
@@ -244,16 +248,22 @@ func (e *Env) createLog(path string) (*os.File, error) {
 	return f, err
 }
 
-// RestartAPIServer stops kube-apiserver, waits downtime and starts it again with the same address, certificates and
-// etcd, as when its static pod restarts on a control-plane node. It returns once kube-apiserver is healthy again.
+// apiServerGracePeriod is how long a stopping kube-apiserver is given before it is killed.
+const apiServerGracePeriod = 30 * time.Second
+
+// RestartAPIServer stops kube-apiserver as kubelet stops its static pod (SIGTERM, SIGKILL after the grace period) and
+// starts it again with the same address, certificates and etcd once it has been unreachable for downtime (counted
+// from SIGTERM, when it closes its listener). It returns once kube-apiserver is healthy again.
 func (e *Env) RestartAPIServer(downtime time.Duration) error {
 	apiServer := e.Environment.ControlPlane.GetAPIServer()
-	if err := apiServer.Stop(); err != nil {
-		return fmt.Errorf("stopping kube-apiserver: %w", err)
+	stopped := time.Now()
+	if err := apiServer.Stop(); err != nil && time.Since(stopped) < apiServerGracePeriod {
+		return fmt.Errorf("stopping kube-apiserver: %w\n--- kube-apiserver log (tail) ---\n%s", err, fileTail(e.APIServerLog, 30))
 	}
-	time.Sleep(downtime) // the outage itself, not a wait for a condition
+	// The outage itself, not a wait for a condition.
+	time.Sleep(downtime - time.Since(stopped))
 	if err := apiServer.Start(); err != nil {
-		return fmt.Errorf("starting kube-apiserver again: %w", err)
+		return fmt.Errorf("starting kube-apiserver again: %w\n--- kube-apiserver log (tail) ---\n%s", err, fileTail(e.APIServerLog, 30))
 	}
 	return nil
 }

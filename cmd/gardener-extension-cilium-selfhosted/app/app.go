@@ -134,10 +134,14 @@ func (o *options) run(ctx context.Context) error {
 	options.Metrics.SecureServing = true
 	options.Metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
 	options.Metrics.TLSOpts = append(options.Metrics.TLSOpts, serverTLS)
-	// A replica that stops hands its controllers over at once instead of after the lease duration; webhooks are served
-	// by every replica regardless.
+	// A replica that stops hands its controllers over at once instead of after the lease duration.
 	options.LeaderElectionReleaseOnCancel = true
-	mgr, err := manager.New(o.rest.Completed().Config, options)
+	// The process's manager never campaigns: it serves the webhooks in every replica, leader or not, and through a lost
+	// lease; the controllers run in leader terms (leaderTerms).
+	processOptions := options
+	processOptions.LeaderElection = false
+	config := o.rest.Completed().Config
+	mgr, err := manager.New(config, processOptions)
 	if err != nil {
 		return fmt.Errorf("could not instantiate manager: %w", err)
 	}
@@ -158,11 +162,15 @@ func (o *options) run(ctx context.Context) error {
 		return fmt.Errorf("could not add readycheck of webhook to manager: %w", err)
 	}
 
-	if _, err := o.webhooks.Completed().AddToManager(ctx, mgr, nil); err != nil {
+	if err := o.addWebhooks(ctx, mgr); err != nil {
 		return fmt.Errorf("could not add webhooks to manager: %w", err)
 	}
-	if err := o.controllers.Completed().AddToManager(ctx, mgr); err != nil {
-		return fmt.Errorf("could not add controllers to manager: %w", err)
+	terms, err := o.leaderTerms(ctx, config, mgr, options)
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(terms); err != nil {
+		return err
 	}
 	return mgr.Start(ctx)
 }

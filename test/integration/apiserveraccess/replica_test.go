@@ -107,22 +107,65 @@ func TestReplicaServesWebhooksAndTakesOver(t *testing.T) {
 	leader := ptr.Deref(lease.Spec.HolderIdentity, "")
 
 	// Admissions to the replica, every 100 ms, from before the leader dies until the replica leads.
+	stopAdmitting := admitContinuously(ctx, admit)
+	env.StopExtension(ctx, true)
+	if err := testenv.WaitFor(ctx, time.Minute, func(ctx context.Context) (bool, error) {
+		lease, err := leaderLease(ctx)
+		return err == nil && ptr.Deref(lease.Spec.HolderIdentity, "") != "" && *lease.Spec.HolderIdentity != leader, err
+	}); err != nil {
+		t.Fatalf("the replica did not take over from %s: %v", leader, err)
+	}
+	if answered, failures := stopAdmitting(); len(failures) > 0 || answered == 0 {
+		t.Errorf("while the leader died, the replica answered %d admissions and failed %d: %v", answered, len(failures), failures)
+	}
+
+	// The controllers run in the replica now.
+	if err := endpointsFollowNewNode(t, "cp-replica", "10.0.1.15"); err != nil {
+		t.Errorf("the endpoints do not follow a new control-plane node under the new leader: %v", err)
+	}
+}
+
+// endpointsFollowNewNode creates a control-plane node and waits until the endpoints ConfigMap lists it, which only a
+// leading extension's controllers do; the node is deleted again when the test ends.
+func endpointsFollowNewNode(t *testing.T, name, ip string) error {
+	t.Helper()
+	ctx := context.Background()
+	node := fixtures.Node(name, ip, true)
+	if err := env.CreateNode(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := env.Client.Delete(ctx, node); err != nil {
+			t.Error(err)
+		}
+		if err := waitForURLs(ctx, fixtures.ControlPlaneURLs); err != nil {
+			t.Error(err)
+		}
+	})
+	return waitForURLs(ctx, fixtures.ControlPlaneURLs+",https://"+ip+":443")
+}
+
+// admitContinuously sends an admission every 100 ms until the returned function is called, which reports how many
+// were answered and the failures.
+func admitContinuously(ctx context.Context, admit func(context.Context) error) func() (answered int, failures []error) {
 	var (
 		mu       sync.Mutex
-		failures []error
-		answered int
+		answers  int
+		failed   []error
+		probing  context.Context
+		stop     context.CancelFunc
+		finished = make(chan struct{})
 	)
-	probing, stopProbing := context.WithCancel(ctx)
-	done := make(chan struct{})
+	probing, stop = context.WithCancel(ctx)
 	go func() {
-		defer close(done)
+		defer close(finished)
 		for probing.Err() == nil {
 			err := admit(probing)
 			mu.Lock()
 			if err != nil && probing.Err() == nil {
-				failures = append(failures, err)
+				failed = append(failed, fmt.Errorf("%s: %w", time.Now().Format(time.StampMilli), err))
 			} else if err == nil {
-				answered++
+				answers++
 			}
 			mu.Unlock()
 			select {
@@ -131,33 +174,11 @@ func TestReplicaServesWebhooksAndTakesOver(t *testing.T) {
 			}
 		}
 	}()
-	env.StopExtension(ctx, true)
-	if err := testenv.WaitFor(ctx, time.Minute, func(ctx context.Context) (bool, error) {
-		lease, err := leaderLease(ctx)
-		return err == nil && ptr.Deref(lease.Spec.HolderIdentity, "") != "" && *lease.Spec.HolderIdentity != leader, err
-	}); err != nil {
-		t.Fatalf("the replica did not take over from %s: %v", leader, err)
-	}
-	stopProbing()
-	<-done
-	if len(failures) > 0 || answered == 0 {
-		t.Errorf("while the leader died, the replica answered %d admissions and failed %d: %v", answered, len(failures), failures)
-	}
-
-	// The controllers run in the replica now.
-	node := fixtures.Node("cp-replica", "10.0.1.15", true)
-	if err := env.CreateNode(ctx, node); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := env.Client.Delete(ctx, node); err != nil {
-			t.Error(err)
-		}
-		if err := waitForURLs(ctx, fixtures.ControlPlaneURLs); err != nil {
-			t.Error(err)
-		}
-	}()
-	if err := waitForURLs(ctx, fixtures.ControlPlaneURLs+",https://10.0.1.15:443"); err != nil {
-		t.Errorf("the endpoints do not follow a new control-plane node under the new leader: %v", err)
+	return func() (int, []error) {
+		stop()
+		<-finished
+		mu.Lock()
+		defer mu.Unlock()
+		return answers, failed
 	}
 }

@@ -1,0 +1,105 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/leadership"
+)
+
+// addWebhooks wires the webhooks into the process's manager, which serves them in every replica whether it leads or
+// not. Gardener's wiring (extensions/pkg/webhook/cmd/options.go AddToManager, webhook/certificates/add.go) adds to one
+// manager both what every replica runs (the handlers, the reloader of the server certificate) and what only the leader
+// runs (registering the MutatingWebhookConfiguration, rotating the CA and server certificate); the second half goes to
+// each leader term (addLeaderWebhookParts). With unmanaged certificates (no --webhook-config-namespace, for
+// development) the certificates are generated when the wiring runs, so it runs once, in the process's manager, and
+// each replica registers its own CA.
+func (o *options) addWebhooks(ctx context.Context, mgr manager.Manager) error {
+	if o.unmanagedWebhookCertificates() {
+		_, err := o.webhooks.Completed().AddToManager(ctx, mgr, nil)
+		return err
+	}
+	_, err := o.webhooks.Completed().AddToManager(ctx, runnablesNeedingLeadership{Manager: mgr, leader: false}, nil)
+	return err
+}
+
+// addLeaderWebhookParts adds the leader's half of Gardener's webhook wiring to a term. The wiring registers the
+// handlers again, on a server of the term's that never starts, and writes the server certificate into its directory,
+// which is dropped right away.
+func (o *options) addLeaderWebhookParts(ctx context.Context, term manager.Manager) error {
+	if o.unmanagedWebhookCertificates() {
+		return nil
+	}
+	certDir, err := os.MkdirTemp("", ExtensionName+"-leader-term-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(certDir)
+	unserved := webhook.NewServer(webhook.Options{CertDir: certDir})
+	_, err = o.webhooks.Completed().AddToManager(ctx, runnablesNeedingLeadership{Manager: term, leader: true, server: unserved}, nil)
+	return err
+}
+
+func (o *options) unmanagedWebhookCertificates() bool {
+	return o.webhooks.Server.Completed().Namespace == ""
+}
+
+// leaderTerms runs the controllers and the leader's half of the webhook wiring in leader terms (pkg/leadership), so
+// that a lost lease never stops the webhook server.
+func (o *options) leaderTerms(ctx context.Context, config *rest.Config, process manager.Manager, options manager.Options) (*leadership.Terms, error) {
+	var lock leadership.Lock
+	if options.LeaderElection {
+		var err error
+		if lock, err = leadership.NewLock(config, process, options); err != nil {
+			return nil, fmt.Errorf("could not create the leader lock: %w", err)
+		}
+	}
+	return &leadership.Terms{
+		Log: process.GetLogger().WithName("leadership"),
+		New: func() (manager.Manager, error) {
+			term, err := manager.New(config, leadership.TermOptions(process, lock, options))
+			if err != nil {
+				return nil, fmt.Errorf("could not instantiate the leader term's manager: %w", err)
+			}
+			if err := o.addLeaderWebhookParts(ctx, term); err != nil {
+				return nil, fmt.Errorf("could not add the leader's webhook parts: %w", err)
+			}
+			if err := o.controllers.Completed().AddToManager(ctx, term); err != nil {
+				return nil, fmt.Errorf("could not add controllers: %w", err)
+			}
+			return term, nil
+		},
+	}, nil
+}
+
+// runnablesNeedingLeadership keeps only the runnables added to it that need leader election (leader) or only those
+// that do not, and drops the others.
+type runnablesNeedingLeadership struct {
+	manager.Manager
+	leader bool
+	// server, when set, stands in for the manager's webhook server.
+	server webhook.Server
+}
+
+func (m runnablesNeedingLeadership) Add(r manager.Runnable) error {
+	needs := true // controller-runtime's default for runnables that do not say
+	if l, ok := r.(manager.LeaderElectionRunnable); ok {
+		needs = l.NeedLeaderElection()
+	}
+	if needs != m.leader {
+		return nil
+	}
+	return m.Manager.Add(r)
+}
+
+func (m runnablesNeedingLeadership) GetWebhookServer() webhook.Server {
+	if m.server != nil {
+		return m.server
+	}
+	return m.Manager.GetWebhookServer()
+}
