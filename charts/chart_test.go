@@ -19,6 +19,7 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/charts"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/managedresourceretry"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/health"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
@@ -188,7 +189,7 @@ func TestLeastPrivilege(t *testing.T) {
 
 // TestAdmissionPoliciesKeepCiliumPinned: on a self-hosted shoot the chart ships the policies that refuse updates
 // unpinning Cilium while the webhook is unreachable, with the names the extension uses, for UPDATE only (a CREATE at
-// bootstrap must pass), denying; elsewhere none.
+// bootstrap must pass), denying, with the message by which the extension recognises their refusals; elsewhere none.
 func TestAdmissionPoliciesKeepCiliumPinned(t *testing.T) {
 	if policies := find[*admissionregistrationv1.ValidatingAdmissionPolicy](render(t, nil)); len(policies) != 0 {
 		t.Errorf("%d admission policies outside a self-hosted shoot", len(policies))
@@ -196,8 +197,8 @@ func TestAdmissionPoliciesKeepCiliumPinned(t *testing.T) {
 	objs := render(t, selfHostedValues(t, fixtures.Shoot(true)))
 	policies := find[*admissionregistrationv1.ValidatingAdmissionPolicy](objs)
 	bindings := find[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](objs)
-	if len(policies) != 3 || len(bindings) != 3 {
-		t.Fatalf("%d policies, %d bindings, want 3 each (two keep Cilium pinned, one confines the extension's writes)", len(policies), len(bindings))
+	if len(policies) != 4 || len(bindings) != 4 {
+		t.Fatalf("%d policies, %d bindings, want 4 each (two keep Cilium pinned, two confine the extension's writes)", len(policies), len(bindings))
 	}
 	var text strings.Builder
 	for i, p := range policies {
@@ -212,6 +213,11 @@ func TestAdmissionPoliciesKeepCiliumPinned(t *testing.T) {
 				t.Errorf("policy %s matches %v, want UPDATE only", p.Name, r.Operations)
 			}
 		}
+		for _, v := range p.Spec.Validations {
+			if !strings.Contains(v.MessageExpression, managedresourceretry.RefusalMarker) {
+				t.Errorf("policy %s's message %s does not contain %q, by which the extension recognises its refusals", p.Name, v.MessageExpression, managedresourceretry.RefusalMarker)
+			}
+		}
 		for _, v := range p.Spec.Variables {
 			text.WriteString(v.Expression + "\n")
 		}
@@ -222,6 +228,33 @@ func TestAdmissionPoliciesKeepCiliumPinned(t *testing.T) {
 	for _, name := range append([]string{"'" + apiserverendpoints.VolumeName + "'", "'" + cilium.ConfigMapName + "'"}, cilium.APIServerFlags...) {
 		if !strings.Contains(text.String(), name) {
 			t.Errorf("the policies do not name %s:\n%s", name, text.String())
+		}
+	}
+}
+
+// TestRBACNamesCiliumManagedResource: the one ManagedResource the extension may patch (to request its reconcile) is
+// networking-cilium's, by name, in kube-system's Role; no rule grants more on ManagedResources than reading.
+func TestRBACNamesCiliumManagedResource(t *testing.T) {
+	objs := render(t, selfHostedValues(t, fixtures.Shoot(true)))
+	var patch []rbacv1.PolicyRule
+	for _, r := range find[*rbacv1.Role](objs) {
+		for _, rule := range r.Rules {
+			if slices.Contains(rule.Resources, "managedresources") {
+				if r.Namespace != cilium.ManagedResource.Namespace || !slices.Equal(rule.Verbs, []string{"patch"}) {
+					t.Errorf("Role %s/%s grants %v on managedresources, want only patch in %s", r.Namespace, r.Name, rule.Verbs, cilium.ManagedResource.Namespace)
+				}
+				patch = append(patch, rule)
+			}
+		}
+	}
+	if len(patch) != 1 || !slices.Equal(patch[0].ResourceNames, []string{cilium.ManagedResource.Name}) {
+		t.Errorf("rules on managedresources in Roles: %+v, want patch on %s only", patch, cilium.ManagedResource.Name)
+	}
+	for _, cr := range find[*rbacv1.ClusterRole](objs) {
+		for _, rule := range cr.Rules {
+			if slices.Contains(rule.Resources, "managedresources") && !slices.Equal(rule.Verbs, []string{"get", "list", "watch"}) {
+				t.Errorf("ClusterRole %s grants %v on managedresources, want reading only", cr.Name, rule.Verbs)
+			}
 		}
 	}
 }

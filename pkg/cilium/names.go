@@ -4,7 +4,13 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
+
+// ManagedResource is where networking-cilium delivers Cilium's chart to a self-hosted shoot's resource manager: its
+// actuator's CiliumConfigManagedResourceName in the Network's namespace (pkg/controller/actuator_reconcile.go,
+// managedresources.CreateForShoot).
+var ManagedResource = client.ObjectKey{Namespace: Namespace, Name: "extension-networking-cilium-config"}
 
 // Names of the objects that Cilium's Helm chart renders (install/kubernetes/cilium/templates in
 // github.com/cilium/cilium, identical for 1.17 to 1.20) and that this extension recognises.

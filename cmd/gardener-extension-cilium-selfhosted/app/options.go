@@ -12,6 +12,7 @@ import (
 	"github.com/gardener/gardener/pkg/client/kubernetes"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/endpointsconfigmap"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/managedresourceretry"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/selfhostedshootexposure"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/health"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/webhook/apiserveraccess"
@@ -24,7 +25,7 @@ const ExtensionName = "cilium-selfhosted"
 // SelfHostedOnly are the controllers and webhooks that only make sense inside a self-hosted shoot; they are switched
 // off unless --self-hosted-shoot-cluster is set.
 var (
-	selfHostedOnlyControllers = []string{endpointsconfigmap.ControllerName}
+	selfHostedOnlyControllers = []string{endpointsconfigmap.ControllerName, managedresourceretry.ControllerName}
 	selfHostedOnlyWebhooks    = apiserveraccess.WebhookNames
 )
 
@@ -32,6 +33,7 @@ var (
 func ControllerSwitchOptions() *extensionscmdcontroller.SwitchOptions {
 	return extensionscmdcontroller.NewSwitchOptions(
 		extensionscmdcontroller.Switch(endpointsconfigmap.ControllerName, endpointsconfigmap.AddToManager),
+		extensionscmdcontroller.Switch(managedresourceretry.ControllerName, managedresourceretry.AddToManager),
 		extensionscmdcontroller.Switch(selfhostedshootexposure.ControllerName, selfhostedshootexposure.AddToManager),
 	)
 }

@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	resourcesv1alpha1 "github.com/gardener/gardener/pkg/apis/resources/v1alpha1"
+
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
@@ -72,5 +74,48 @@ func TestExtensionWritesOnlyWhatItOwns(t *testing.T) {
 		if err := asExtension.Patch(ctx, own, client.RawPatch(types.MergePatchType, []byte(`{}`))); err != nil {
 			t.Errorf("patching its own %T: %v", own, err)
 		}
+	}
+}
+
+// TestExtensionMayOnlyRequestReconcileOfCiliumManagedResource: with the extension's own identity, networking-cilium's
+// ManagedResource can be given `gardener.cloud/operation: reconcile` and nothing else: a change of its secretRefs
+// (which decide what the resource manager applies), of another annotation or another operation is refused by the
+// chart's policy, any other ManagedResource by RBAC.
+func TestExtensionMayOnlyRequestReconcileOfCiliumManagedResource(t *testing.T) {
+	ctx := context.Background()
+	installChart(t)
+	asExtension, err := env.ExtensionClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr := &resourcesv1alpha1.ManagedResource{ObjectMeta: metav1.ObjectMeta{Namespace: cilium.Namespace, Name: ciliumManagedResource}}
+	patch := func(obj client.Object, body string) func() error {
+		return func() error { return asExtension.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(body))) }
+	}
+	for what, tc := range map[string]struct {
+		write    func() error
+		byPolicy bool
+	}{
+		"rewriting its secretRefs":       {patch(mr.DeepCopy(), `{"spec":{"secretRefs":[{"name":"stolen"}]}}`), true},
+		"adding another annotation":      {patch(mr.DeepCopy(), `{"metadata":{"annotations":{"resources.gardener.cloud/ignore":"true"}}}`), true},
+		"requesting another operation":   {patch(mr.DeepCopy(), `{"metadata":{"annotations":{"gardener.cloud/operation":"migrate"}}}`), true},
+		"requesting and changing labels": {patch(mr.DeepCopy(), `{"metadata":{"labels":{"x":"y"},"annotations":{"gardener.cloud/operation":"reconcile"}}}`), true},
+		"patching another ManagedResource": {patch(&resourcesv1alpha1.ManagedResource{ObjectMeta: metav1.ObjectMeta{Namespace: cilium.Namespace, Name: "shoot-core"}},
+			`{"metadata":{"annotations":{"gardener.cloud/operation":"reconcile"}}}`), false},
+		"deleting it": {func() error { return asExtension.Delete(ctx, mr.DeepCopy()) }, false},
+	} {
+		err := tc.write()
+		switch {
+		case !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err):
+			t.Errorf("%s as the extension: %v, want a refusal", what, err)
+		case tc.byPolicy && !strings.Contains(err.Error(), "may only request a reconcile"):
+			t.Errorf("%s as the extension was refused, but not by the chart's policy: %v", what, err)
+		}
+	}
+	if err := patch(mr.DeepCopy(), `{"metadata":{"annotations":{"gardener.cloud/operation":"reconcile"}}}`)(); err != nil {
+		t.Errorf("requesting a reconcile as the extension: %v", err)
+	}
+	if err := env.Client.Patch(ctx, mr.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"gardener.cloud/operation":null}}}`))); err != nil {
+		t.Error(err)
 	}
 }

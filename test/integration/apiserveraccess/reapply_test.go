@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -14,9 +15,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
+	resourcesv1alpha1 "github.com/gardener/gardener/pkg/apis/resources/v1alpha1"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/managedresourceretry"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/resourcemanager"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/webhook/apiserveraccess"
@@ -118,5 +121,76 @@ func TestResourceManagerKeepsTheWebhooks(t *testing.T) {
 	after := stored(t, before)[0].(*admissionregistrationv1.MutatingWebhookConfiguration)
 	if after.ResourceVersion != before.ResourceVersion || !equality.Semantic.DeepEqual(after.Webhooks, before.Webhooks) {
 		t.Errorf("the re-apply changed the webhook configuration: resourceVersion %s -> %s, %d webhooks", before.ResourceVersion, after.ResourceVersion, len(after.Webhooks))
+	}
+}
+
+// TestRefusedApplyRetriedWhenWebhookReturns: Gardener's resource manager runs its own controller, as in production.
+// With the extension stopped, networking-cilium changes its ManagedResource's Secret; the resource manager's apply is
+// refused by the keep-pinned policies, and it retries with controller-runtime's exponential backoff, which after the
+// 30 s outage here has grown to about 20 s and keeps doubling up to about 17 minutes. Once the extension runs again it
+// requests a reconcile (event ReconcileRequested) and the apply succeeds, within 60 s of the extension's return
+// whatever the backoff has grown to.
+func TestRefusedApplyRetriedWhenWebhookReturns(t *testing.T) {
+	ctx := context.Background()
+	installChart(t)
+	rm := shootResourceManager(t)
+	running, stopRM := context.WithCancel(ctx)
+	rmDone := make(chan error, 1)
+	go func() { rmDone <- rm.Run(running) }()
+	t.Cleanup(func() {
+		stopRM()
+		if err := <-rmDone; err != nil {
+			t.Errorf("the resource manager: %v", err)
+		}
+	})
+	applied := func(status gardencorev1beta1.ConditionStatus, marker string) func(context.Context) (bool, error) {
+		return func(ctx context.Context) (bool, error) {
+			c, err := rm.Applied(ctx, cilium.Namespace, ciliumManagedResource)
+			return err == nil && c != nil && c.Status == status && strings.Contains(c.Message, marker), err
+		}
+	}
+	if err := testenv.WaitFor(ctx, time.Minute, applied(gardencorev1beta1.ConditionTrue, "")); err != nil {
+		t.Fatalf("the resource manager does not apply Cilium's chart with the webhook up: %v", err)
+	}
+
+	env.StopExtension(ctx, false)
+	restarted := false
+	t.Cleanup(func() {
+		if !restarted {
+			_ = env.StartExtensionAgain()
+		}
+	})
+	mr := &resourcesv1alpha1.ManagedResource{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: cilium.Namespace, Name: ciliumManagedResource}, mr); err != nil {
+		t.Fatal(err)
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: cilium.Namespace, Name: mr.Spec.SecretRefs[0].Name}}
+	patch := client.MergeFrom(secret.DeepCopy())
+	metav1.SetMetaDataLabel(&secret.ObjectMeta, "test.cilium-selfhosted/revision", t.Name())
+	if err := env.Client.Patch(ctx, secret, patch); err != nil {
+		t.Fatal(err)
+	}
+	if err := testenv.WaitFor(ctx, time.Minute, applied(gardencorev1beta1.ConditionFalse, managedresourceretry.RefusalMarker)); err != nil {
+		t.Fatalf("the resource manager's apply with the webhook down is not refused by the keep-pinned policies: %v", err)
+	}
+	time.Sleep(30 * time.Second) // the outage itself, during which the resource manager backs off
+
+	if err := env.StartExtensionAgain(); err != nil {
+		t.Fatal(err)
+	}
+	restarted = true
+	back := time.Now()
+	if err := testenv.WaitFor(ctx, time.Minute, applied(gardencorev1beta1.ConditionTrue, "")); err != nil {
+		t.Fatalf("Cilium's ManagedResource is not applied within 60 s of the extension's return: %v", err)
+	}
+	t.Logf("applied %s after the extension was ready again", time.Since(back).Round(100*time.Millisecond))
+	events := &corev1.EventList{}
+	if err := env.Client.List(ctx, events, client.InNamespace(cilium.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(events.Items, func(e corev1.Event) bool {
+		return e.InvolvedObject.Name == ciliumManagedResource && e.Reason == managedresourceretry.EventReason
+	}) {
+		t.Error("the extension did not request the reconcile (no ReconcileRequested event): the apply came from the resource manager's own backoff")
 	}
 }
