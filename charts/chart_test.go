@@ -66,7 +66,7 @@ func find[T client.Object](objs []client.Object) []T {
 	return out
 }
 
-func args(d *appsv1.Deployment) []string { return d.Spec.Template.Spec.Containers[0].Args }
+func args(d *appsv1.DaemonSet) []string { return d.Spec.Template.Spec.Containers[0].Args }
 
 // TestNothingOutsideSelfHostedShoots: a gardenlet of a regular seed installs the chart for every Cilium shoot (the
 // registration names Network/cilium); there the extension has nothing to do, and the chart renders nothing.
@@ -80,10 +80,10 @@ func TestSelfHostedValues(t *testing.T) {
 	values := selfHostedValues(t, fixtures.Shoot(true))
 	values["usablePorts"] = []any{30001, 30002, 30003}
 	objs := render(t, values)
-	d := find[*appsv1.Deployment](objs)[0]
+	d := find[*appsv1.DaemonSet](objs)[0]
 	spec := d.Spec.Template.Spec
-	if *d.Spec.Replicas != 1 || !spec.HostNetwork || spec.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
-		t.Errorf("replicas %d hostNetwork %v dnsPolicy %s, want one replica in the host network", *d.Spec.Replicas, spec.HostNetwork, spec.DNSPolicy)
+	if !spec.HostNetwork || spec.DNSPolicy != corev1.DNSClusterFirstWithHostNet || spec.NodeSelector["node-role.kubernetes.io/control-plane"] != "" || len(spec.NodeSelector) != 1 {
+		t.Errorf("hostNetwork %v dnsPolicy %s nodeSelector %v, want a pod on each control-plane node in the host network", spec.HostNetwork, spec.DNSPolicy, spec.NodeSelector)
 	}
 	if !slices.ContainsFunc(spec.Tolerations, func(t corev1.Toleration) bool { return t.Key == "node-role.kubernetes.io/control-plane" }) {
 		t.Errorf("tolerations %v lack the control-plane taint", spec.Tolerations)
@@ -118,19 +118,14 @@ func TestSelfHostedValues(t *testing.T) {
 	if env["KUBERNETES_SERVICE_HOST"] != "localhost" || env["KUBERNETES_SERVICE_PORT"] != "443" || env["POD_IP"] != "status.podIP" {
 		t.Errorf("env %v, want KUBERNETES_SERVICE_HOST=localhost, KUBERNETES_SERVICE_PORT=443 and POD_IP from status.podIP", env)
 	}
-	// However many replicas the resource manager sets: one pod at a time is replaced and may be evicted, never a new
-	// one beside the old on the same node (host ports), and never two on one node.
-	if st := d.Spec.Strategy; st.Type != appsv1.RollingUpdateDeploymentStrategyType || st.RollingUpdate == nil ||
+	// One node at a time, the old pod before the new one (host ports); no PodDisruptionBudget, as nothing evicts a
+	// DaemonSet's pods.
+	if st := d.Spec.UpdateStrategy; st.Type != appsv1.RollingUpdateDaemonSetStrategyType || st.RollingUpdate == nil ||
 		st.RollingUpdate.MaxUnavailable.IntValue() != 1 || st.RollingUpdate.MaxSurge.IntValue() != 0 {
-		t.Errorf("strategy %+v, want RollingUpdate with maxUnavailable 1 and maxSurge 0", st)
+		t.Errorf("update strategy %+v, want RollingUpdate with maxUnavailable 1 and maxSurge 0", st)
 	}
-	if a := spec.Affinity; a == nil || a.PodAntiAffinity == nil || len(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) != 1 ||
-		a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution[0].TopologyKey != corev1.LabelHostname {
-		t.Errorf("affinity %+v, want a required anti-affinity per node", spec.Affinity)
-	}
-	pdbs := find[*policyv1.PodDisruptionBudget](objs)
-	if len(pdbs) != 1 || pdbs[0].Spec.MaxUnavailable == nil || pdbs[0].Spec.MaxUnavailable.IntValue() != 1 {
-		t.Errorf("PodDisruptionBudgets %+v, want one with maxUnavailable 1", pdbs)
+	if pdbs := find[*policyv1.PodDisruptionBudget](objs); len(pdbs) != 0 {
+		t.Errorf("PodDisruptionBudgets %+v, want none", pdbs)
 	}
 }
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the envtest control plane (kube-apiserver, etcd) from Go modules into a cache outside the repository, because
+# Builds the envtest control plane (kube-apiserver, etcd; kube-controller-manager and kube-scheduler for the suites that
+# need Kubernetes' own controllers and scheduler) from Go modules into a cache outside the repository, because
 # envtest binaries cannot be downloaded here and CI clones the repository afresh. A binary is rebuilt only when it is
 # missing: the cache folder is named after the pinned versions, so changing a pin builds into a new folder.
 # Prints the folder to point KUBEBUILDER_ASSETS at.
@@ -8,7 +9,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # The pinned version of a module: the one its wrapper's go.mod requires (single-line or block form).
 pinned() { sed -nE "s#^[[:space:]]*(require[[:space:]]+)?$2[[:space:]]+(v[^[:space:]]+).*#\2#p" "$1/go.mod" | head -n1; }
-k8s_version=$(pinned "$here/kube-apiserver" k8s.io/kubernetes)
+k8s_version=$(pinned "$here/kubernetes" k8s.io/kubernetes)
 etcd_version=$(pinned "$here/etcd" go.etcd.io/etcd/server/v3)
 [ -n "$k8s_version" ] && [ -n "$etcd_version" ] || { echo "cannot read pinned versions from hack/envtest/*/go.mod" >&2; exit 1; }
 cache=${CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/gardener-extension-cilium-selfhosted}
@@ -26,5 +27,8 @@ build() { # name module-dir ldflags
 }
 
 build etcd "$here/etcd" "-s -w"
-build kube-apiserver "$here/kube-apiserver" "-s -w -X k8s.io/component-base/version.gitVersion=${k8s_version} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(echo "$k8s_version" | cut -d. -f2)"
+k8s_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${k8s_version} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(echo "$k8s_version" | cut -d. -f2)"
+for component in kube-apiserver kube-controller-manager kube-scheduler; do
+  build "$component" "$here/kubernetes/$component" "$k8s_ldflags"
+done
 echo "$dir"

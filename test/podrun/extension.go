@@ -17,18 +17,18 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
 )
 
-// ForExtension is the extension's own container as kubelet would start the pod of its chart's Deployment (as
+// ForExtension is the extension's own container as kubelet would start the pod of its chart's DaemonSet (as
 // Gardener's resource manager applied it into env) on node, a hostNetwork pod whose status.podIP is the node's
 // InternalIP podIP: the binary env runs, a token of the chart's ServiceAccount, and the cluster CA of Gardener's
 // certificates. The caller adds the directories.
 func ForExtension(ctx context.Context, env *testenv.Env, node, podIP string) (Container, error) {
-	deployment := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: testenv.ExtensionNamespace, Name: testenv.ServiceAccountName}}
-	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(deployment), deployment); err != nil {
-		return Container{}, fmt.Errorf("the chart's Deployment as the resource manager applied it: %w", err)
+	daemonSet := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: testenv.ExtensionNamespace, Name: testenv.ServiceAccountName}}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(daemonSet), daemonSet); err != nil {
+		return Container{}, fmt.Errorf("the chart's DaemonSet as the resource manager applied it: %w", err)
 	}
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: deployment.Namespace, Name: deployment.Name + "-" + node, Labels: deployment.Spec.Template.Labels},
-		Spec:       *deployment.Spec.Template.Spec.DeepCopy(),
+		ObjectMeta: metav1.ObjectMeta{Namespace: daemonSet.Namespace, Name: daemonSet.Name + "-" + node, Labels: daemonSet.Spec.Template.Labels},
+		Spec:       *daemonSet.Spec.Template.Spec.DeepCopy(),
 	}
 	pod.Spec.NodeName = node
 	token, err := Token(ctx, env.Config, pod)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -25,8 +26,8 @@ const extensionKubeconfig = "extension-kubeconfig"
 
 // InstallChart installs the extension's chart as gardenlet and gardenadm do on the self-hosted shoot: rendered with
 // their values for the shoot of CreateSelfHostedShoot by Gardener's chart renderer, stored as the ManagedResource
-// kube-system/<registration name> of class seed, applied by Gardener's resource manager. The chart's Deployment stays
-// without pods (envtest runs no controllers); RunExtension runs the extension as that Deployment's pod would. It writes
+// kube-system/<registration name> of class seed, applied by Gardener's resource manager. The chart's DaemonSet stays
+// without pods (envtest runs no controllers); RunExtension runs the extension as that DaemonSet's pod would. It writes
 // a kubeconfig that impersonates the chart's ServiceAccount and returns its path: the extension run with it may do
 // exactly what the chart grants.
 func (e *Env) InstallChart(ctx context.Context) (string, error) {
@@ -69,6 +70,36 @@ func Forbidden(log string) []string {
 		}
 	}
 	return lines
+}
+
+// rbacRefusal is how kube-apiserver's RBAC authorizer words a refusal (plugin/pkg/auth/authorizer/rbac).
+var rbacRefusal = regexp.MustCompile(`cannot (\w+) resource \\?"([^"\\]+)\\?" in API group \\?"([^"\\]*)\\?"(?: in the namespace \\?"([^"\\]+)\\?")?`)
+
+// StillForbidden keeps the lines of Forbidden whose RBAC refusal the chart's RBAC still makes, by a
+// SubjectAccessReview for the extension's ServiceAccount now. A kube-apiserver that has just restarted (RestartAPIServer)
+// refuses requests until its authorizer's informers have synced, while it already listens: those refusals are its, not
+// the chart's. Lines that are not RBAC refusals (an admission policy's) are kept.
+func (e *Env) StillForbidden(ctx context.Context, lines []string) []string {
+	var kept []string
+	for _, line := range lines {
+		m := rbacRefusal.FindStringSubmatch(line)
+		if m == nil {
+			kept = append(kept, line)
+			continue
+		}
+		resource, subresource, _ := strings.Cut(m[2], "/")
+		review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:   "system:serviceaccount:" + ExtensionNamespace + ":" + ServiceAccountName,
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ExtensionNamespace, "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Verb: m[1], Resource: resource, Subresource: subresource, Group: m[3], Namespace: m[4],
+			},
+		}}
+		if err := e.Client.Create(ctx, review); err != nil || !review.Status.Allowed {
+			kept = append(kept, line)
+		}
+	}
+	return kept
 }
 
 // ExtensionClient is a client with the extension's own identity: the chart's ServiceAccount, impersonated as

@@ -36,12 +36,18 @@ func CannotRun(err error) int {
 }
 
 // EnvtestAssets: kube-apiserver and etcd in KUBEBUILDER_ASSETS, which `make test` builds and sets.
-func EnvtestAssets() error {
+func EnvtestAssets() error { return assets("kube-apiserver", "etcd") }
+
+// KubernetesControllers: the suites that run Kubernetes' own kube-controller-manager and kube-scheduler beside
+// kube-apiserver (hack/envtest/build.sh builds them into the same folder).
+func KubernetesControllers() error { return assets("kube-controller-manager", "kube-scheduler") }
+
+func assets(binaries ...string) error {
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {
 		return errors.New("KUBEBUILDER_ASSETS is not set: run `make test`, or set it to the folder hack/envtest/build.sh prints")
 	}
-	for _, binary := range []string{"kube-apiserver", "etcd"} {
+	for _, binary := range binaries {
 		if _, err := os.Stat(filepath.Join(assets, binary)); err != nil {
 			return fmt.Errorf("KUBEBUILDER_ASSETS=%s has no %s: run `make test`, or set it to the folder hack/envtest/build.sh prints", assets, binary)
 		}

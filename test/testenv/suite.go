@@ -86,7 +86,7 @@ func runSuite(m *testing.M, shoot *gardencorev1beta1.Shoot, opts Options, setup 
 	}
 	defer cleanup()
 	code := m.Run()
-	if lines := Forbidden(env.extensionLogs.String() + env.Extension.Log()); len(lines) > 0 {
+	if lines := env.StillForbidden(ctx, Forbidden(env.extensionLogs.String()+env.Extension.Log())); len(lines) > 0 {
 		fmt.Fprintf(os.Stderr, "FAIL: the chart's RBAC refused the extension:\n%s\n", strings.Join(lines, "\n"))
 		code = 1
 	}

@@ -1,0 +1,108 @@
+package rollout_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gardener/gardener/pkg/utils/kubernetes/health"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
+)
+
+// extension is the extension's DaemonSet as Gardener's resource manager applied it from the chart.
+func extension(ctx context.Context) (*appsv1.DaemonSet, error) {
+	ds := &appsv1.DaemonSet{}
+	return ds, env.Client.Get(ctx, client.ObjectKey{Namespace: testenv.ExtensionNamespace, Name: testenv.ServiceAccountName}, ds)
+}
+
+// rolledOut waits until Gardener's health functions call the extension's DaemonSet healthy and not progressing
+// (health.CheckDaemonSet, health.IsDaemonSetProgressing: what the resource manager's health controller reports and
+// gardenadm waits for) with want pods, all available. While it waits, check sees every status.
+func rolledOut(t *testing.T, want int32, check func(*appsv1.DaemonSet) error) {
+	t.Helper()
+	var last string
+	if err := testenv.WaitFor(context.Background(), 2*time.Minute, func(ctx context.Context) (bool, error) {
+		ds, err := extension(ctx)
+		if err != nil {
+			return false, err
+		}
+		if check != nil {
+			if err := check(ds); err != nil {
+				t.Error(err)
+			}
+		}
+		progressing, reason := health.IsDaemonSetProgressing(ds)
+		unhealthy := health.CheckDaemonSet(ds)
+		last = fmt.Sprintf("progressing %v (%s), health %v, status %+v", progressing, reason, unhealthy, ds.Status)
+		return !progressing && unhealthy == nil && ds.Status.DesiredNumberScheduled == want && ds.Status.NumberAvailable == want, nil
+	}); err != nil {
+		t.Fatalf("the extension's DaemonSet is not rolled out to %d node(s): %v; last: %s\n%s", want, err, last, logs())
+	}
+}
+
+// changeTemplate changes the pod template, as the resource manager applies a changed chart (a new image, gardenadm
+// init's second pass with new values).
+func changeTemplate(t *testing.T, revision string) {
+	t.Helper()
+	ctx := context.Background()
+	ds, err := extension(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(ds.DeepCopy())
+	metav1.SetMetaDataAnnotation(&ds.Spec.Template.ObjectMeta, "rollout.test/revision", revision)
+	if err := env.Client.Patch(ctx, ds, patch); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// atMostOneUnavailable is the promise of the chart's update strategy: one control-plane node at a time, so that with
+// several the others keep serving the webhooks.
+func atMostOneUnavailable(ds *appsv1.DaemonSet) error {
+	if ds.Status.ObservedGeneration == ds.Generation && ds.Status.DesiredNumberScheduled-ds.Status.NumberAvailable > 1 {
+		return fmt.Errorf("%d of %d pods unavailable during the rollout", ds.Status.DesiredNumberScheduled-ds.Status.NumberAvailable, ds.Status.DesiredNumberScheduled)
+	}
+	return nil
+}
+
+// TestRolloutsFollowTheControlPlaneNodes: gardenadm init runs on the first control-plane node alone, and its second
+// pass changes the extension's template; then the other control-plane nodes join, the template changes again, and a
+// node is taken out. At every step the rollout completes by Gardener's health functions, with one pod per
+// control-plane node there is, and never more than one unavailable while several run. (With a highly available
+// control plane the chart's former Deployment had two replicas here and never completed on the first node:
+// TestDeploymentDeadlocksOnFewerNodesThanReplicas.)
+func TestRolloutsFollowTheControlPlaneNodes(t *testing.T) {
+	registerControlPlaneNode(t, "cp-a", "10.0.1.20")
+	rolledOut(t, 1, nil)
+	changeTemplate(t, "init-second-pass")
+	rolledOut(t, 1, nil)
+
+	registerControlPlaneNode(t, "cp-b", "10.0.1.21")
+	registerControlPlaneNode(t, "cp-c", "10.0.1.22")
+	rolledOut(t, 3, nil)
+	changeTemplate(t, "new-image")
+	rolledOut(t, 3, atMostOneUnavailable)
+
+	if err := kubelets.Remove(context.Background(), "cp-c"); err != nil {
+		t.Fatal(err)
+	}
+	rolledOut(t, 2, nil)
+	for _, p := range must(pods(context.Background(), map[string]string{"app.kubernetes.io/name": testenv.ServiceAccountName})) {
+		if p.Spec.NodeName == "cp-c" {
+			t.Errorf("pod %s of the removed node is still there", p.Name)
+		}
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}

@@ -1,0 +1,103 @@
+// Package rollout_test rolls the extension's own workload out as a real cluster does: Kubernetes' kube-controller-manager
+// (DaemonSet, Deployment, ReplicaSet and pod garbage-collection controllers) and kube-scheduler run against the suite's
+// kube-apiserver; test/kubelet stands for the kubelets, which cannot run here. Health is judged with Gardener's own
+// functions, those its resource manager and gardenadm wait on.
+package rollout_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1beta1constants "github.com/gardener/gardener/pkg/apis/core/v1beta1/constants"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/kubelet"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
+)
+
+var (
+	env      *testenv.Env
+	kubelets *kubelet.Kubelets
+	// Kubernetes' own components, whose logs a failing test shows.
+	controllerManager, scheduler *testenv.Process
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(testenv.RunSuite(m, fixtures.Shoot(true), testenv.Options{Prerequisites: []testenv.Prerequisite{testenv.KubernetesControllers}}, setup))
+}
+
+func setup(ctx context.Context, e *testenv.Env) (func(), error) {
+	env = e
+	kubelets = kubelet.New(e.Client)
+	// The fixture's nodes have no kubelet: each test registers the nodes it needs.
+	for _, node := range fixtures.Nodes() {
+		if err := kubelets.Remove(ctx, node.Name); err != nil {
+			return nil, err
+		}
+	}
+	// The priority class of the extension's pods, as Gardener's seed system component creates it
+	// (pkg/component/seed/system/system.go).
+	if err := e.Client.Create(ctx, &schedulingv1.PriorityClass{
+		ObjectMeta: metav1.ObjectMeta{Name: v1beta1constants.PriorityClassNameSeedSystem900}, Value: 999998900,
+	}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	var err error
+	controllerManager, err = testenv.StartProcess(filepath.Join(e.Dir, "kube-controller-manager.log"), filepath.Join(assets, "kube-controller-manager"),
+		"--kubeconfig="+e.Kubeconfig, "--leader-elect=false", "--secure-port=0",
+		"--controllers=daemonset-controller,deployment-controller,replicaset-controller,pod-garbage-collector-controller",
+		// Pods of a node that is gone are deleted at once, not after the 12500 terminated pods podgc waits for.
+		"--terminated-pod-gc-threshold=1")
+	if err != nil {
+		return nil, err
+	}
+	scheduler, err = testenv.StartProcess(filepath.Join(e.Dir, "kube-scheduler.log"), filepath.Join(assets, "kube-scheduler"),
+		"--kubeconfig="+e.Kubeconfig, "--leader-elect=false", "--secure-port=0")
+	if err != nil {
+		controllerManager.Stop(ctx)
+		return nil, err
+	}
+	running, stop := context.WithCancel(ctx)
+	go kubelets.Run(running)
+	return func() {
+		stop()
+		controllerManager.Stop(context.Background())
+		scheduler.Stop(context.Background())
+	}, nil
+}
+
+// logs are the tails of Kubernetes' components' logs, for a failing test.
+func logs() string {
+	return fmt.Sprintf("--- kube-controller-manager ---\n%s\n--- kube-scheduler ---\n%s", controllerManager.LogTail(20), scheduler.LogTail(20))
+}
+
+// registerControlPlaneNode registers a control-plane node as kubelet and gardener-node-agent make it (label and
+// taint) and removes it when the test ends.
+func registerControlPlaneNode(t *testing.T, name, ip string) {
+	t.Helper()
+	if err := kubelets.Register(context.Background(), fixtures.Node(name, ip, true)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := kubelets.Remove(context.Background(), name); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// pods lists the pods in the extension's namespace that match labels.
+func pods(ctx context.Context, labels map[string]string) ([]corev1.Pod, error) {
+	list := &corev1.PodList{}
+	err := env.Client.List(ctx, list, client.InNamespace(testenv.ExtensionNamespace), client.MatchingLabels(labels))
+	return list.Items, err
+}
