@@ -192,8 +192,8 @@ func TestAdmissionPoliciesKeepCiliumPinned(t *testing.T) {
 	objs := render(t, selfHostedValues(t, fixtures.Shoot(true)))
 	policies := find[*admissionregistrationv1.ValidatingAdmissionPolicy](objs)
 	bindings := find[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](objs)
-	if len(policies) != 4 || len(bindings) != 4 {
-		t.Fatalf("%d policies, %d bindings, want 4 each (two keep Cilium pinned, two confine the extension's writes)", len(policies), len(bindings))
+	if len(policies) != 5 || len(bindings) != 5 {
+		t.Fatalf("%d policies, %d bindings, want 5 each (two keep Cilium pinned, three confine the extension's writes)", len(policies), len(bindings))
 	}
 	var text strings.Builder
 	for i, p := range policies {
@@ -282,4 +282,22 @@ func TestRBACCoversOwnedKinds(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestPodPolicyNamesCiliumPods: the policy that confines the extension's pod deletions names Cilium's pods by the
+// labels the extension knows them by (pkg/cilium).
+func TestPodPolicyNamesCiliumPods(t *testing.T) {
+	for _, p := range find[*admissionregistrationv1.ValidatingAdmissionPolicy](render(t, selfHostedValues(t, fixtures.Shoot(true)))) {
+		if !strings.HasSuffix(p.Name, "-confine-pod-writes") {
+			continue
+		}
+		expression := p.Spec.Validations[0].Expression
+		for _, want := range []string{cilium.LabelKeyApp, cilium.LabelValueAgent, cilium.LabelValueEnvoy, cilium.LabelKeyOperator, cilium.LabelValueOperator} {
+			if !strings.Contains(expression, "'"+want+"'") {
+				t.Errorf("policy %s does not name %q: %s", p.Name, want, expression)
+			}
+		}
+		return
+	}
+	t.Error("no policy confines the extension's pod writes")
 }

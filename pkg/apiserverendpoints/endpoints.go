@@ -164,6 +164,9 @@ func isReady(node *corev1.Node) bool {
 // ReadyChanged tells whether a node's Ready condition changed between old and new.
 func ReadyChanged(old, new *corev1.Node) bool { return isReady(old) != isReady(new) }
 
+// Has tells whether addr is one of the control-plane addresses.
+func (c ControlPlane) Has(addr netip.Addr) bool { return slices.Contains(c.Addresses, addr.Unmap()) }
+
 // Empty tells whether no control-plane endpoint is known.
 func (c ControlPlane) Empty() bool { return len(c.Addresses) == 0 }
 

@@ -37,6 +37,11 @@ const (
 	AgentContainerName = "cilium-agent"
 )
 
+// IsWorkload tells whether labels are those of Cilium's agent, Envoy or operator (workload or pod).
+func IsWorkload(labels map[string]string) bool {
+	return slices.Contains([]string{LabelValueAgent, LabelValueEnvoy}, labels[LabelKeyApp]) || labels[LabelKeyOperator] == LabelValueOperator
+}
+
 // APIServerContainers are the containers of Cilium's chart that talk to kube-apiserver, which is exactly where the chart
 // renders KUBERNETES_SERVICE_HOST/PORT: the agent and its init containers `config` (`cilium-dbg build-config`) and
 // `clean-cilium-state`, the operator, Envoy, and Envoy's 1.20 init container `lookup-bootstrap-locality`. The sidecar

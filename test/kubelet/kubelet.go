@@ -27,10 +27,17 @@ type Kubelets struct {
 // New returns the kubelets of no node yet.
 func New(c client.Client) *Kubelets { return &Kubelets{client: c} }
 
-// Register creates node as its kubelet registers it (labels and taints as given), with the status a kubelet reports:
-// Ready, and room for the pods of a test.
+// Register creates node as its kubelet registers it: labels and taints as given, plus the well-known labels kubelet
+// sets itself (pkg/kubelet/kubelet_node_status.go initialNode), and the status a kubelet reports: Ready, and room for
+// the pods of a test.
 func (k *Kubelets) Register(ctx context.Context, node *corev1.Node) error {
 	node = node.DeepCopy()
+	if node.Labels == nil {
+		node.Labels = map[string]string{}
+	}
+	node.Labels[corev1.LabelHostname] = node.Name
+	node.Labels[corev1.LabelOSStable] = "linux"
+	node.Labels[corev1.LabelArchStable] = "amd64"
 	status := node.Status
 	if err := k.client.Create(ctx, node); err != nil {
 		return err

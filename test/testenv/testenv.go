@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -268,14 +269,37 @@ func (e *Env) RestartAPIServer(downtime time.Duration) error {
 	return nil
 }
 
-// FreePort returns a loopback TCP port that is free right now.
+// FreePort returns a loopback TCP port that is free right now, below the kernel's range of ephemeral ports: a port
+// from that range (what listening on port 0 gives) can be taken as the source port of any outgoing connection between
+// now and the moment the process it is meant for binds it, which then fails with "address already in use".
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	low := ephemeralPortsFrom()
+	for range 100 {
+		port := 10000 + rand.IntN(low-10000)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue
+		}
+		_ = l.Close()
+		return port, nil
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("no free port between 10000 and %d", low)
+}
+
+// ephemeralPortsFrom is the first port of the kernel's ephemeral range (Linux's default 32768).
+func ephemeralPortsFrom() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	fields := strings.Fields(string(b))
+	if len(fields) == 0 {
+		return 32768
+	}
+	if low, err := strconv.Atoi(fields[0]); err == nil && low > 10100 {
+		return low
+	}
+	return 32768
 }
 
 // ExtensionFlags are the flags of the extension in production on a self-hosted shoot, except that kube-apiserver

@@ -84,7 +84,7 @@ func FuzzAdmission(f *testing.F) {
 		original.SetDeletionTimestamp(nil)
 		if k.data != nil {
 			original.SetName(cilium.ConfigMapName)
-		} else if !isCiliumWorkload(original.GetLabels()) {
+		} else if !cilium.IsWorkload(original.GetLabels()) {
 			original.SetLabels(map[string]string{cilium.LabelKeyApp: cilium.LabelValueAgent})
 		}
 		raw, err := json.Marshal(original)

@@ -52,7 +52,7 @@ var kinds = []kind{
 		podSpecPath: "/spec",
 		podSpec:     func(obj client.Object) *corev1.PodSpec { return &obj.(*corev1.Pod).Spec },
 		// Only at creation: a pod's environment is immutable afterwards.
-		selects: func(obj, old client.Object) bool { return old == nil && isCiliumWorkload(obj.GetLabels()) },
+		selects: func(obj, old client.Object) bool { return old == nil && cilium.IsWorkload(obj.GetLabels()) },
 		mutate: func(ctx context.Context, m *mutator, _ *kind, obj client.Object, _ *gardencorev1beta1.Shoot) error {
 			return m.pinPod(ctx, obj.(*corev1.Pod))
 		},
@@ -88,7 +88,7 @@ func workload(name string, object client.Object, template func(client.Object) *c
 		},
 		podSpecPath: "/spec/template/spec",
 		podSpec:     func(obj client.Object) *corev1.PodSpec { return &template(obj).Spec },
-		selects:     func(obj, _ client.Object) bool { return isCiliumWorkload(obj.GetLabels()) },
+		selects:     func(obj, _ client.Object) bool { return cilium.IsWorkload(obj.GetLabels()) },
 		mutate: func(ctx context.Context, m *mutator, k *kind, obj client.Object, _ *gardencorev1beta1.Shoot) error {
 			return m.pinTemplate(ctx, k.podSpec(obj))
 		},

@@ -44,12 +44,6 @@ func (m *mutator) Mutate(ctx context.Context, newObj, oldObj client.Object) erro
 	return k.mutate(ctx, m, k, newObj, shoot)
 }
 
-// isCiliumWorkload tells whether labels are those of Cilium's agent, Envoy or operator (workload or pod).
-func isCiliumWorkload(labels map[string]string) bool {
-	return slices.Contains([]string{cilium.LabelValueAgent, cilium.LabelValueEnvoy}, labels[cilium.LabelKeyApp]) ||
-		labels[cilium.LabelKeyOperator] == cilium.LabelValueOperator
-}
-
 // pinTemplate gives a pod template the values of a pod whose node is not known: a template does not know its node, and
 // referencing the endpoints ConfigMap keeps it unchanged when control-plane membership changes (no rollout).
 func (m *mutator) pinTemplate(ctx context.Context, spec *corev1.PodSpec) error {

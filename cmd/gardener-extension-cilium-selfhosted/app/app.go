@@ -193,6 +193,7 @@ func cacheScope(webhookNamespace string) map[client.Object]cache.ByObject {
 		&corev1.Service{}:            kubeSystem,
 		&discoveryv1.EndpointSlice{}: kubeSystem,
 		&appsv1.DaemonSet{}:          kubeSystem,
+		&corev1.Pod{}:                kubeSystem,
 	}
 	if webhookNamespace != "" {
 		scope[&corev1.Secret{}] = cache.ByObject{Namespaces: map[string]cache.Config{webhookNamespace: {}}}

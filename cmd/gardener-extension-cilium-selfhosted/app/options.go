@@ -13,6 +13,7 @@ import (
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/endpointsconfigmap"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/managedresourceretry"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/repin"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/selfhostedshootexposure"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/health"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/webhook/apiserveraccess"
@@ -25,7 +26,7 @@ const ExtensionName = "cilium-selfhosted"
 // SelfHostedOnly are the controllers and webhooks that only make sense inside a self-hosted shoot; they are switched
 // off unless --self-hosted-shoot-cluster is set.
 var (
-	selfHostedOnlyControllers = []string{endpointsconfigmap.ControllerName, managedresourceretry.ControllerName}
+	selfHostedOnlyControllers = []string{endpointsconfigmap.ControllerName, managedresourceretry.ControllerName, repin.ControllerName}
 	selfHostedOnlyWebhooks    = apiserveraccess.WebhookNames
 )
 
@@ -34,6 +35,7 @@ func ControllerSwitchOptions() *extensionscmdcontroller.SwitchOptions {
 	return extensionscmdcontroller.NewSwitchOptions(
 		extensionscmdcontroller.Switch(endpointsconfigmap.ControllerName, endpointsconfigmap.AddToManager),
 		extensionscmdcontroller.Switch(managedresourceretry.ControllerName, managedresourceretry.AddToManager),
+		extensionscmdcontroller.Switch(repin.ControllerName, repin.AddToManager),
 		extensionscmdcontroller.Switch(selfhostedshootexposure.ControllerName, selfhostedshootexposure.AddToManager),
 	)
 }

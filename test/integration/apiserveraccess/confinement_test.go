@@ -119,3 +119,42 @@ func TestExtensionMayOnlyRequestReconcileOfCiliumManagedResource(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestExtensionDeletesOnlyCiliumPods: with the extension's own identity, deleting a pod that is not Cilium's and
+// creating a pod for real are refused by the chart's policy; creating one as a dry run, as re-pinning checks the
+// webhook, and deleting one of Cilium's pods pass.
+func TestExtensionDeletesOnlyCiliumPods(t *testing.T) {
+	ctx := context.Background()
+	asExtension, err := env.ExtensionClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := func(name string, labels map[string]string) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: cilium.Namespace, Name: name, Labels: labels},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}},
+		}
+	}
+	coredns := pod("coredns-confinement", map[string]string{"k8s-app": "kube-dns"})
+	agent := pod("cilium-confinement", map[string]string{cilium.LabelKeyApp: cilium.LabelValueAgent})
+	for _, p := range []*corev1.Pod{coredns, agent} {
+		if err := env.Client.Create(ctx, p.DeepCopy()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), p.DeepCopy(), client.GracePeriodSeconds(0)) })
+	}
+	for what, err := range map[string]error{
+		"deleting coredns' pod":   asExtension.Delete(ctx, coredns.DeepCopy()),
+		"creating a pod for real": asExtension.Create(ctx, pod("rogue", map[string]string{cilium.LabelKeyApp: cilium.LabelValueAgent})),
+	} {
+		if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "may delete only the pods of Cilium") {
+			t.Errorf("%s as the extension: %v, want a refusal by the chart's policy", what, err)
+		}
+	}
+	if err := asExtension.Create(ctx, pod("dry-run", map[string]string{cilium.LabelKeyApp: cilium.LabelValueAgent}), client.DryRunAll); err != nil {
+		t.Errorf("a dry-run create as the extension: %v", err)
+	}
+	if err := asExtension.Delete(ctx, agent.DeepCopy()); err != nil {
+		t.Errorf("deleting a Cilium pod as the extension: %v", err)
+	}
+}

@@ -57,10 +57,7 @@ func TestDeploymentDeadlocksOnFewerNodesThanReplicas(t *testing.T) {
 	ctx := context.Background()
 	node := fixtures.Node("first-node", "10.0.1.30", false)
 	node.Labels["rollout.test/pool"] = "deployment"
-	if err := kubelets.Register(ctx, node); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = kubelets.Remove(context.Background(), node.Name) })
+	register(t, node)
 	ds, err := extension(ctx)
 	if err != nil {
 		t.Fatal(err)

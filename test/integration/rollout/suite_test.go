@@ -19,6 +19,7 @@ import (
 
 	v1beta1constants "github.com/gardener/gardener/pkg/apis/core/v1beta1/constants"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/kubelet"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
@@ -32,7 +33,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.RunSuite(m, fixtures.Shoot(true), testenv.Options{Prerequisites: []testenv.Prerequisite{testenv.KubernetesControllers}}, setup))
+	os.Exit(testenv.RunSuite(m, fixtures.Shoot(true), testenv.Options{
+		Prerequisites: []testenv.Prerequisite{testenv.KubernetesControllers, ciliumchart.GardenerChart},
+	}, setup))
 }
 
 func setup(ctx context.Context, e *testenv.Env) (func(), error) {
@@ -83,21 +86,30 @@ func logs() string {
 
 // registerControlPlaneNode registers a control-plane node as kubelet and gardener-node-agent make it (label and
 // taint) and removes it when the test ends.
-func registerControlPlaneNode(t *testing.T, name, ip string) {
+func registerControlPlaneNode(t *testing.T, name, ip string) { register(t, fixtures.Node(name, ip, true)) }
+
+// registerWorker registers a worker node and removes it when the test ends.
+func registerWorker(t *testing.T, name, ip string) { register(t, fixtures.Node(name, ip, false)) }
+
+func register(t *testing.T, node *corev1.Node) {
 	t.Helper()
-	if err := kubelets.Register(context.Background(), fixtures.Node(name, ip, true)); err != nil {
+	if err := kubelets.Register(context.Background(), node); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := kubelets.Remove(context.Background(), name); err != nil {
+		if err := kubelets.Remove(context.Background(), node.Name); err != nil {
 			t.Error(err)
 		}
 	})
 }
 
-// pods lists the pods in the extension's namespace that match labels.
-func pods(ctx context.Context, labels map[string]string) ([]corev1.Pod, error) {
+// pods lists the pods that match labels in namespace, by default the extension's.
+func pods(ctx context.Context, labels map[string]string, namespace ...string) ([]corev1.Pod, error) {
+	ns := testenv.ExtensionNamespace
+	if len(namespace) > 0 {
+		ns = namespace[0]
+	}
 	list := &corev1.PodList{}
-	err := env.Client.List(ctx, list, client.InNamespace(testenv.ExtensionNamespace), client.MatchingLabels(labels))
+	err := env.Client.List(ctx, list, client.InNamespace(ns), client.MatchingLabels(labels))
 	return list.Items, err
 }

@@ -1,4 +1,4 @@
-package endpointsconfigmap
+package apiserverendpoints
 
 import (
 	"testing"
@@ -9,9 +9,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 )
 
-// TestControlPlaneChanged: a control-plane node's readiness reorders the endpoints and passes; its heartbeats, and
+// TestMembershipChanged: a control-plane node's readiness reorders the endpoints and passes; its heartbeats, and
 // any change of a worker, do not.
-func TestControlPlaneChanged(t *testing.T) {
+func TestMembershipChanged(t *testing.T) {
 	ready := func(controlPlane bool, status corev1.ConditionStatus, heartbeat time.Time) *corev1.Node {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{}}}
 		if controlPlane {
@@ -33,7 +33,7 @@ func TestControlPlaneChanged(t *testing.T) {
 		{"control-plane node's heartbeat", ready(true, corev1.ConditionTrue, now), ready(true, corev1.ConditionTrue, now.Add(time.Minute)), false},
 		{"worker becomes NotReady", ready(false, corev1.ConditionTrue, now), ready(false, corev1.ConditionFalse, now), false},
 	} {
-		if got := controlPlaneChanged.Update(event.UpdateEvent{ObjectOld: tc.old, ObjectNew: tc.new}); got != tc.want {
+		if got := MembershipChanged.Update(event.UpdateEvent{ObjectOld: tc.old, ObjectNew: tc.new}); got != tc.want {
 			t.Errorf("%s: passes %t, want %t", tc.name, got, tc.want)
 		}
 	}
