@@ -26,12 +26,20 @@ const kubeVIPFailover = 3 * time.Second
 // the real operator, and the lease holder's node killed runs times: with the exposure's lease timings, its link down
 // or hung, and with Cilium's defaults. Then one kube-apiserver is stopped while its node stays up.
 func vipFailover(r *report, runs int) error {
+	return withCiliumNodes(r, "6", "cbench", func(ctx context.Context, cluster *ciliumnodes.Cluster) error {
+		return failovers(ctx, r, cluster, runs)
+	})
+}
+
+// withCiliumNodes runs do on a cluster of real agents (test/ciliumnodes) in a control plane of its own, serving a
+// certificate made as Gardener makes it, or notes why section cannot run. An interrupted bench still removes its
+// namespaces, cgroups and processes.
+func withCiliumNodes(r *report, section, prefix string, do func(context.Context, *ciliumnodes.Cluster) error) error {
 	if err := ciliumnodes.Available(); err != nil {
-		r.Notes = append(r.Notes, "Section 6 did not run: "+err.Error())
+		r.Notes = append(r.Notes, "Section "+section+" did not run: "+err.Error())
 		fmt.Println("   skipped:", err)
 		return nil
 	}
-	// An interrupted bench still removes its namespaces, cgroups and processes.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	env, stopShoot, err := startShoot(ctx, "shoot--local--bench")
@@ -39,11 +47,15 @@ func vipFailover(r *report, runs int) error {
 		return err
 	}
 	defer stopShoot()
-	cluster, err := ciliumnodes.New(ctx, env, "cbench"+strconv.Itoa(os.Getpid()))
+	cluster, err := ciliumnodes.New(ctx, env, prefix+strconv.Itoa(os.Getpid()))
 	if err != nil {
 		return err
 	}
 	defer cluster.Close()
+	return do(ctx, cluster)
+}
+
+func failovers(ctx context.Context, r *report, cluster *ciliumnodes.Cluster, runs int) error {
 	exp, err := cluster.Expose(ctx)
 	if err != nil {
 		return err

@@ -64,6 +64,46 @@ func machine() string {
 	return fmt.Sprintf("%s, %d cores (GOMAXPROCS %d), %s, %s %s/%s", cpu, runtime.NumCPU(), runtime.GOMAXPROCS(0), mem, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
+// keepOtherSections takes over, from the day's results at path, the figures of the sections this run did not measure
+// (`--sections 8` alone updates section 8) and their notes.
+func (r *report) keepOtherSections(path string) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return
+	}
+	var earlier report
+	if json.Unmarshal(b, &earlier) != nil {
+		return
+	}
+	measured := map[string]bool{}
+	for _, res := range r.Results {
+		measured[res.Section] = true
+	}
+	var kept []Result
+	for _, res := range earlier.Results {
+		if !measured[res.Section] {
+			kept = append(kept, res)
+		}
+	}
+	r.Results = append(kept, r.Results...)
+	for _, n := range earlier.Notes {
+		if !slices.Contains(r.Notes, n) && !notesOfMeasured(n, measured) {
+			r.Notes = append(r.Notes, n)
+		}
+	}
+}
+
+// notesOfMeasured tells whether note belongs to a section measured again ("Section 6, ..." or "Section 6 did not run").
+func notesOfMeasured(note string, measured map[string]bool) bool {
+	for section := range measured {
+		number, _, _ := strings.Cut(section, ".")
+		if strings.HasPrefix(note, "Section "+number+" ") || strings.HasPrefix(note, "Section "+number+",") {
+			return true
+		}
+	}
+	return false
+}
+
 func (r *report) write(dir string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
@@ -73,6 +113,7 @@ func (r *report) write(dir string) (string, error) {
 		date = time.Now().UTC()
 	}
 	base := filepath.Join(dir, "results-"+date.Format("2006-01-02"))
+	r.keepOtherSections(base + ".json")
 	js, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return "", err
