@@ -18,7 +18,7 @@ import (
 func agent(name, node, host string, aliases ...string) *corev1.Pod {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: cilium.Namespace, Name: name, Labels: map[string]string{cilium.LabelKeyApp: cilium.LabelValueAgent}},
-		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: cilium.AgentContainerName}}},
+		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: cilium.AgentContainerName}}},
 	}
 	if host != "" {
 		pod.Spec.Containers[0].Env = []corev1.EnvVar{{Name: cilium.EnvServiceHost, Value: host}}

@@ -86,7 +86,9 @@ func logs() string {
 
 // registerControlPlaneNode registers a control-plane node as kubelet and gardener-node-agent make it (label and
 // taint) and removes it when the test ends.
-func registerControlPlaneNode(t *testing.T, name, ip string) { register(t, fixtures.Node(name, ip, true)) }
+func registerControlPlaneNode(t *testing.T, name, ip string) {
+	register(t, fixtures.Node(name, ip, true))
+}
 
 // registerWorker registers a worker node and removes it when the test ends.
 func registerWorker(t *testing.T, name, ip string) { register(t, fixtures.Node(name, ip, false)) }
