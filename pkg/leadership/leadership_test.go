@@ -6,14 +6,17 @@ import (
 	"errors"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -103,6 +106,8 @@ func (w *leaderWork) Start(ctx context.Context) error {
 	w.mu.Unlock()
 	if err == nil {
 		<-ctx.Done()
+		// Stopping takes a while (a reconciliation finishing): the next term must wait for it.
+		time.Sleep(300 * time.Millisecond)
 	}
 	w.mu.Lock()
 	w.running--
@@ -117,9 +122,10 @@ func (w *leaderWork) state() (running, starts int, overlap bool) {
 }
 
 // process is the process's manager: a cache and client of its own, never started here (the fake cache is synced).
+// Its informers count the event handlers registered on them (handlers).
 func process(t *testing.T) manager.Manager {
 	t.Helper()
-	informers := &informertest.FakeInformers{}
+	informers := &countingInformers{FakeInformers: &informertest.FakeInformers{}}
 	c := fake.NewClientBuilder().Build()
 	mgr, err := manager.New(&rest.Config{Host: "https://127.0.0.1:1"}, manager.Options{
 		Scheme:         runtime.NewScheme(),
@@ -132,6 +138,28 @@ func process(t *testing.T) manager.Manager {
 		t.Fatal(err)
 	}
 	return mgr
+}
+
+// handlers is the number of event handlers registered on the process's informers and not removed.
+var handlers atomic.Int64
+
+type countingInformers struct{ *informertest.FakeInformers }
+
+func (c *countingInformers) GetInformer(ctx context.Context, obj client.Object, opts ...cache.InformerGetOption) (cache.Informer, error) {
+	i, err := c.FakeInformers.GetInformer(ctx, obj, opts...)
+	return &countingInformer{Informer: i}, err
+}
+
+type countingInformer struct{ cache.Informer }
+
+func (i *countingInformer) AddEventHandler(h toolscache.ResourceEventHandler) (toolscache.ResourceEventHandlerRegistration, error) {
+	handlers.Add(1)
+	return i.Informer.AddEventHandler(h)
+}
+
+func (i *countingInformer) RemoveEventHandler(r toolscache.ResourceEventHandlerRegistration) error {
+	handlers.Add(-1)
+	return i.Informer.RemoveEventHandler(r)
 }
 
 // fast are lease timings that keep the test short; client-go requires lease > renew > 1.2 × retry.
@@ -154,8 +182,9 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// terms starts Terms whose terms run work on l; builds counts the terms built, failing the first failBuilds.
-// stop stops the process and returns what Terms returned; done reports what Terms returned on its own.
+// terms starts Terms whose terms run work on l and register an event handler on the process's Node informer;
+// builds counts the terms built, failing the first failBuilds. stop stops the process and returns what Terms
+// returned; done reports what Terms returned on its own.
 func terms(t *testing.T, l *lock, work *leaderWork, failBuilds int) (stop func() error, done <-chan error, builds func() int) {
 	t.Helper()
 	proc := process(t)
@@ -163,22 +192,28 @@ func terms(t *testing.T, l *lock, work *leaderWork, failBuilds int) (stop func()
 		mu    sync.Mutex
 		built int
 	)
-	ts := &leadership.Terms{New: func() (manager.Manager, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		built++
-		if built <= failBuilds {
-			return nil, errUnreachable
-		}
-		term, err := manager.New(&rest.Config{Host: "https://127.0.0.1:1"}, leadership.TermOptions(proc, l, fast))
-		if err != nil {
-			return nil, err
-		}
-		if term.GetClient() != proc.GetClient() {
-			t.Error("a term has a client of its own, not the process's")
-		}
-		return term, term.Add(work)
-	}}
+	ts := &leadership.Terms{
+		Config: &rest.Config{Host: "https://127.0.0.1:1"}, Process: proc, Lock: l, Options: fast,
+		Fill: func(term manager.Manager) error {
+			mu.Lock()
+			defer mu.Unlock()
+			built++
+			if built <= failBuilds {
+				return errUnreachable
+			}
+			if term.GetClient() != proc.GetClient() {
+				t.Error("a term has a client of its own, not the process's")
+			}
+			informer, err := term.GetCache().GetInformer(context.Background(), &corev1.Node{})
+			if err != nil {
+				return err
+			}
+			if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{}); err != nil {
+				return err
+			}
+			return term.Add(work)
+		},
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ended := make(chan error, 1)
 	go func() { ended <- ts.Start(ctx) }()
@@ -210,6 +245,9 @@ func TestLostLeaseStartsNextTerm(t *testing.T) {
 	}
 	if _, _, overlap := work.state(); overlap {
 		t.Error("two terms' leader work ran at once")
+	}
+	if n := handlers.Load(); n != 1 {
+		t.Errorf("%d event handlers on the process's informers, want only the running term's", n)
 	}
 	if err := stop(); err != nil {
 		t.Errorf("Terms ended with %v, want nil when the process stops", err)

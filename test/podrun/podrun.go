@@ -299,6 +299,10 @@ func (s *Sandbox) Start(c Container) (*Started, error) {
 		script = append(script, "mkdir -p "+vm.MountPath, "mount --bind "+filepath.Join(scratch, source)+" "+vm.MountPath)
 	}
 	script = append(script, c.Setup...)
+	if sc := container.SecurityContext; sc != nil && ptr.Deref(sc.ReadOnlyRootFilesystem, false) {
+		// As kubelet mounts a read-only root filesystem: writable only where a volume is mounted.
+		script = append(script, "mount -o remount,ro /tmp", "mount -o remount,ro /var/lib")
+	}
 	script = append(script, `exec "$@"`)
 
 	// /etc/hosts as kubelet writes it for a hostNetwork pod (kubernetes pkg/kubelet/kubelet_pods.go

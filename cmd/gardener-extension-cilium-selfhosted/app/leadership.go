@@ -30,12 +30,17 @@ func (o *options) addWebhooks(ctx context.Context, mgr manager.Manager) error {
 
 // addLeaderWebhookParts adds the leader's half of Gardener's webhook wiring to a term. The wiring registers the
 // handlers again, on a server of the term's that never starts, and writes the server certificate into its directory,
-// which is dropped right away.
-func (o *options) addLeaderWebhookParts(ctx context.Context, term manager.Manager) error {
+// a folder of its own in the process's certificate directory (the container's one writable place there) that is
+// dropped right away.
+func (o *options) addLeaderWebhookParts(ctx context.Context, process, term manager.Manager) error {
 	if o.unmanagedWebhookCertificates() {
 		return nil
 	}
-	certDir, err := os.MkdirTemp("", ExtensionName+"-leader-term-")
+	server, ok := process.GetWebhookServer().(*webhook.DefaultServer)
+	if !ok {
+		return fmt.Errorf("expected *webhook.DefaultServer, got %T", process.GetWebhookServer())
+	}
+	certDir, err := os.MkdirTemp(server.Options.CertDir, ".leader-term-")
 	if err != nil {
 		return err
 	}
@@ -60,19 +65,16 @@ func (o *options) leaderTerms(ctx context.Context, config *rest.Config, process 
 		}
 	}
 	return &leadership.Terms{
+		Config: config, Process: process, Lock: lock, Options: options,
 		Log: process.GetLogger().WithName("leadership"),
-		New: func() (manager.Manager, error) {
-			term, err := manager.New(config, leadership.TermOptions(process, lock, options))
-			if err != nil {
-				return nil, fmt.Errorf("could not instantiate the leader term's manager: %w", err)
-			}
-			if err := o.addLeaderWebhookParts(ctx, term); err != nil {
-				return nil, fmt.Errorf("could not add the leader's webhook parts: %w", err)
+		Fill: func(term manager.Manager) error {
+			if err := o.addLeaderWebhookParts(ctx, process, term); err != nil {
+				return fmt.Errorf("could not add the leader's webhook parts: %w", err)
 			}
 			if err := o.controllers.Completed().AddToManager(ctx, term); err != nil {
-				return nil, fmt.Errorf("could not add controllers: %w", err)
+				return fmt.Errorf("could not add controllers: %w", err)
 			}
-			return term, nil
+			return nil
 		},
 	}, nil
 }
