@@ -133,7 +133,7 @@ func FromNodes(nodes []corev1.Node) ControlPlane {
 			continue
 		}
 		part := &others
-		if isReady(&nodes[i]) {
+		if IsReady(&nodes[i]) {
 			part = &ready
 		}
 		for _, a := range nodes[i].Status.Addresses {
@@ -153,16 +153,16 @@ func FromNodes(nodes []corev1.Node) ControlPlane {
 	return ControlPlane{Addresses: slices.Concat(ready, others), Ready: len(ready)}
 }
 
-// isReady tells whether the node's kubelet reports it Ready, as the node lifecycle controller keeps it: a node that is
+// IsReady tells whether the node's kubelet reports it Ready, as the node lifecycle controller keeps it: a node that is
 // down, partitioned or still joining is not.
-func isReady(node *corev1.Node) bool {
+func IsReady(node *corev1.Node) bool {
 	return slices.ContainsFunc(node.Status.Conditions, func(c corev1.NodeCondition) bool {
 		return c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue
 	})
 }
 
 // ReadyChanged tells whether a node's Ready condition changed between old and new.
-func ReadyChanged(old, new *corev1.Node) bool { return isReady(old) != isReady(new) }
+func ReadyChanged(old, new *corev1.Node) bool { return IsReady(old) != IsReady(new) }
 
 // Has tells whether addr is one of the control-plane addresses.
 func (c ControlPlane) Has(addr netip.Addr) bool { return slices.Contains(c.Addresses, addr.Unmap()) }

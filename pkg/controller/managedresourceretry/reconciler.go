@@ -52,7 +52,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	refusal := Refusal(mr)
-	if refusal == "" || mr.Annotations[v1beta1constants.GardenerOperation] != "" {
+	if _, requested := mr.Annotations[v1beta1constants.GardenerOperation]; refusal == "" || requested {
 		return reconcile.Result{}, nil
 	}
 	if wait := r.untilAllowed(req.NamespacedName); wait > 0 {

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
@@ -49,21 +50,34 @@ type Reconciler struct {
 	Clock    clock.Clock
 	Options  Options
 
-	mu       sync.Mutex
-	batch    *batch
-	lastSlow time.Time
+	mu          sync.Mutex
+	lastDeleted time.Time
+	lastSlowAt  time.Time
+	failedProbe map[types.UID]time.Time
 }
 
-// batch is a set of deleted pods whose replacements are awaited.
-type batch struct {
-	deleted  []deletedPod
-	deadline time.Time
+func (r *Reconciler) lastBatchTime() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lastDeleted
+}
+func (r *Reconciler) setLastBatch(t time.Time) { r.mu.Lock(); defer r.mu.Unlock(); r.lastDeleted = t }
+func (r *Reconciler) lastSlow() time.Time      { r.mu.Lock(); defer r.mu.Unlock(); return r.lastSlowAt }
+func (r *Reconciler) setLastSlow(t time.Time)  { r.mu.Lock(); defer r.mu.Unlock(); r.lastSlowAt = t }
+
+func (r *Reconciler) probeFailed(owner types.UID) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.failedProbe[owner]
 }
 
-type deletedPod struct {
-	owner   metav1.OwnerReference
-	node    string // the DaemonSet's node; "" for a ReplicaSet's pod
-	deleted time.Time
+func (r *Reconciler) setProbeFailed(owner types.UID, t time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.failedProbe == nil {
+		r.failedProbe = map[types.UID]time.Time{}
+	}
+	r.failedProbe[owner] = t
 }
 
 // Key is the one request of this controller: every event asks for a look at all Cilium pods.
@@ -80,10 +94,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	if members.Empty() {
 		return reconcile.Result{}, nil // nothing to pin to: never act on an empty view
 	}
-	controlPlaneNodes := sets.New[string]()
+	controlPlaneNodes, readyNodes := sets.New[string](), sets.New[string]()
 	for i := range nodes.Items {
 		if apiserverendpoints.IsControlPlaneNode(&nodes.Items[i]) {
 			controlPlaneNodes.Insert(nodes.Items[i].Name)
+		}
+		if apiserverendpoints.IsReady(&nodes.Items[i]) {
+			readyNodes.Insert(nodes.Items[i].Name)
 		}
 	}
 	pods, err := r.ciliumPods(ctx)
@@ -97,54 +114,89 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	}
 	observe(byPinning)
 
-	if wait := r.awaitBatch(pods); wait > 0 {
+	if wait := r.inFlight(byPinning[Current], readyNodes); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
-	stranded := byPinning[Stranded]
-	slices.SortStableFunc(stranded, func(a, b *corev1.Pod) int { return compareReadiness(a, b) })
+	// Only pods that a DaemonSet or ReplicaSet recreates; NotReady ones first.
+	stranded := slices.DeleteFunc(slices.Clone(byPinning[Stranded]), orphan)
+	slices.SortStableFunc(stranded, compareReadiness)
 	stranded = stranded[:min(len(stranded), r.Options.BatchSize)]
 	var slow []*corev1.Pod
-	slowWait := r.Options.SlowInterval - r.Clock.Since(r.lastSlow)
-	if others := slices.Concat(byPinning[Degraded], byPinning[Unpinned]); len(others) > 0 && slowWait <= 0 {
+	slowWait := r.Options.SlowInterval - r.Clock.Since(r.lastSlow())
+	if others := slices.DeleteFunc(slices.Concat(byPinning[Degraded], byPinning[Unpinned]), orphan); len(others) > 0 && slowWait <= 0 {
 		slow = others[:1]
 	}
-	candidates := slices.Concat(stranded, slow)
+	candidates := r.admitted(ctx, slices.Concat(stranded, slow), members, controlPlaneNodes)
 	if len(candidates) == 0 {
-		if len(byPinning[Degraded])+len(byPinning[Unpinned]) > 0 {
-			return reconcile.Result{RequeueAfter: slowWait}, nil
+		if len(byPinning[Degraded])+len(byPinning[Unpinned])+len(byPinning[Stranded]) > 0 {
+			return reconcile.Result{RequeueAfter: max(slowWait, time.Second)}, nil
 		}
 		return reconcile.Result{}, nil
 	}
-
-	if err := r.admittedCurrent(ctx, candidates[0], members, controlPlaneNodes); err != nil {
-		log.Info("Not recreating stale Cilium pods: a dry-run admission does not pin to the current control-plane members", "reason", err.Error())
-		return reconcile.Result{RequeueAfter: r.Options.SlowInterval}, nil
-	}
-	b := &batch{deadline: r.Clock.Now().Add(r.Options.BatchTimeout)}
 	for _, pod := range candidates {
 		pinning := Classify(pod, members, controlPlaneNodes)
+		if pinning != Stranded {
+			r.setLastSlow(r.Clock.Now())
+		}
 		if err := r.Client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); client.IgnoreNotFound(err) != nil {
 			return reconcile.Result{}, fmt.Errorf("deleting stale pod %s: %w", pod.Name, err)
 		}
+		r.setLastBatch(r.Clock.Now())
 		recreated.WithLabelValues(string(pinning)).Inc()
 		r.event(pod, pinning, members)
 		log.Info("Deleted a stale Cilium pod for its controller to recreate it pinned to the current control-plane members",
 			"pod", pod.Name, "node", pod.Spec.NodeName, "pinning", pinning)
-		if owner := metav1.GetControllerOf(pod); owner != nil {
-			d := deletedPod{owner: *owner, deleted: r.Clock.Now()}
-			if owner.Kind == "DaemonSet" {
-				d.node = pod.Spec.NodeName
-			}
-			b.deleted = append(b.deleted, d)
+	}
+	return reconcile.Result{RequeueAfter: replacementGrace}, nil
+}
+
+// replacementGrace is how long after a batch the next one waits at least: its replacements have to exist before
+// inFlight can see them (the DaemonSet controller creates them within milliseconds).
+const replacementGrace = 2 * time.Second
+
+// inFlight is how long to wait before the next batch: while a batch's replacements are starting — pods pinned to the
+// current members that are not Ready yet, younger than BatchTimeout, on Ready nodes (one on a node that is down never
+// becomes Ready) — or within replacementGrace of the last deletion. Judged from the cluster, so that a new leader term
+// or another replica paces the same way.
+func (r *Reconciler) inFlight(current []*corev1.Pod, readyNodes sets.Set[string]) time.Duration {
+	wait := replacementGrace - r.Clock.Since(r.lastBatchTime())
+	for _, p := range current {
+		if age := r.Clock.Since(p.CreationTimestamp.Time); !isReady(p) && age < r.Options.BatchTimeout && readyNodes.Has(p.Spec.NodeName) {
+			wait = max(wait, min(replacementGrace, r.Options.BatchTimeout-age))
 		}
 	}
-	r.mu.Lock()
-	r.batch = b
-	if len(slow) > 0 {
-		r.lastSlow = r.Clock.Now()
+	return wait
+}
+
+// admitted are the candidates whose replacements the webhook pins to the current members, as a dry-run create of a
+// copy of one pod per owner shows: kube-apiserver runs the whole admission chain for a dry run, and with the webhook
+// unreachable (failurePolicy Ignore) or answering from an old view the copy comes back stale. An owner whose probe
+// failed is probed again only after SlowInterval.
+func (r *Reconciler) admitted(ctx context.Context, candidates []*corev1.Pod, members apiserverendpoints.ControlPlane, controlPlaneNodes sets.Set[string]) []*corev1.Pod {
+	log := logf.FromContext(ctx)
+	passed := map[types.UID]bool{}
+	var out []*corev1.Pod
+	for _, pod := range candidates {
+		owner := metav1.GetControllerOf(pod).UID
+		ok, probed := passed[owner]
+		if !probed {
+			if r.Clock.Since(r.probeFailed(owner)) < r.Options.SlowInterval {
+				ok = false
+			} else if err := r.probe(ctx, pod, members, controlPlaneNodes); err != nil {
+				log.Info("Not recreating stale Cilium pods: a dry-run admission does not pin to the current control-plane members",
+					"owner", metav1.GetControllerOf(pod).Name, "reason", err.Error())
+				r.setProbeFailed(owner, r.Clock.Now())
+				ok = false
+			} else {
+				ok = true
+			}
+			passed[owner] = ok
+		}
+		if ok {
+			out = append(out, pod)
+		}
 	}
-	r.mu.Unlock()
-	return reconcile.Result{RequeueAfter: time.Second}, nil
+	return out
 }
 
 // ciliumPods are the scheduled, not terminating pods of Cilium's agent, Envoy and operator.
@@ -163,37 +215,9 @@ func (r *Reconciler) ciliumPods(ctx context.Context) ([]*corev1.Pod, error) {
 	return pods, nil
 }
 
-// awaitBatch is how long to wait before the next batch: until every pod of the last batch has a Ready replacement
-// (its DaemonSet's pod on the same node, or a pod of its ReplicaSet created since), or the batch's deadline.
-func (r *Reconciler) awaitBatch(pods []*corev1.Pod) time.Duration {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.batch == nil {
-		return 0
-	}
-	if !r.Clock.Now().Before(r.batch.deadline) {
-		r.batch = nil
-		return 0
-	}
-	for _, d := range r.batch.deleted {
-		if !slices.ContainsFunc(pods, func(p *corev1.Pod) bool { return d.replacedBy(p) }) {
-			return min(2*time.Second, r.batch.deadline.Sub(r.Clock.Now()))
-		}
-	}
-	r.batch = nil
-	return 0
-}
-
-func (d deletedPod) replacedBy(p *corev1.Pod) bool {
-	owner := metav1.GetControllerOf(p)
-	return owner != nil && owner.UID == d.owner.UID && (d.node == "" || p.Spec.NodeName == d.node) &&
-		!p.CreationTimestamp.Time.Before(d.deleted.Truncate(time.Second)) && isReady(p)
-}
-
-// admittedCurrent creates a copy of pod as a dry run, as its DaemonSet or ReplicaSet would create it on its node, and
-// checks that the webhook pinned it to the current members. kube-apiserver runs the whole admission chain for a dry
-// run; with the webhook unreachable (failurePolicy Ignore) or working from an old view, the copy comes back stale.
-func (r *Reconciler) admittedCurrent(ctx context.Context, pod *corev1.Pod, members apiserverendpoints.ControlPlane, controlPlaneNodes sets.Set[string]) error {
+// probe creates a copy of pod as a dry run, as its DaemonSet or ReplicaSet would create it (a ReplicaSet's pod is not
+// scheduled yet), and checks that the webhook pinned it to the current members.
+func (r *Reconciler) probe(ctx context.Context, pod *corev1.Pod, members apiserverendpoints.ControlPlane, controlPlaneNodes sets.Set[string]) error {
 	probe := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: pod.Namespace, GenerateName: strings.TrimSuffix(pod.Name, "-") + "-repin-dry-run-",
@@ -201,13 +225,24 @@ func (r *Reconciler) admittedCurrent(ctx context.Context, pod *corev1.Pod, membe
 		},
 		Spec: *pod.Spec.DeepCopy(),
 	}
+	probe.Spec.EphemeralContainers = nil // added by `kubectl debug`, refused on create
+	if metav1.GetControllerOf(pod).Kind != "DaemonSet" {
+		probe.Spec.NodeName = ""
+	}
 	if err := r.Client.Create(ctx, probe, client.DryRunAll); err != nil {
 		return fmt.Errorf("dry-run create: %w", err)
 	}
+	probe.Spec.NodeName = pod.Spec.NodeName // where the replacement will run, for Classify
 	if p := Classify(probe, members, controlPlaneNodes); p != Current {
 		return fmt.Errorf("the dry-run copy of %s came back %s", pod.Name, p)
 	}
 	return nil
+}
+
+// orphan tells whether nothing would recreate pod: neither a DaemonSet nor a ReplicaSet controls it.
+func orphan(pod *corev1.Pod) bool {
+	owner := metav1.GetControllerOf(pod)
+	return owner == nil || (owner.Kind != "DaemonSet" && owner.Kind != "ReplicaSet")
 }
 
 func (r *Reconciler) event(pod *corev1.Pod, pinning Pinning, members apiserverendpoints.ControlPlane) {

@@ -2,6 +2,7 @@ package repin_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -54,7 +55,12 @@ func newFixture(t *testing.T, webhookAnswers bool, pods ...*corev1.Pod) *fixture
 	f := &fixture{clock: testclock.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)), recorder: record.NewFakeRecorder(100)}
 	cp := fixtures.Node("cp-0", "10.0.1.10", true)
 	cp.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
-	objs := []client.Object{cp, fixtures.Node("w-0", "10.0.2.10", false)}
+	objs := []client.Object{cp}
+	for i := range 4 {
+		w := fixtures.Node(fmt.Sprintf("w-%d", i), fmt.Sprintf("10.0.2.%d", 10+i), false)
+		w.Status.Conditions = cp.Status.Conditions
+		objs = append(objs, w)
+	}
 	for _, p := range pods {
 		objs = append(objs, p)
 	}
@@ -123,11 +129,21 @@ func TestStrandedPodsInBatches(t *testing.T) {
 	if result := f.reconcile(t); result.RequeueAfter == 0 || len(f.remaining(t)) != 2 {
 		t.Errorf("the next batch did not wait for the replacements (requeue %v, pods %v)", result.RequeueAfter, f.remaining(t))
 	}
-	// The DaemonSet's replacements, pinned by the webhook, become Ready.
-	f.clock.Step(time.Second)
-	for _, p := range []*corev1.Pod{ownedAgent("a2", "w-0", true, "10.0.1.10"), ownedAgent("b2", "w-1", true, "10.0.1.10")} {
+	// The DaemonSet's replacements, pinned by the webhook, exist but are not Ready yet: the next batch waits.
+	f.clock.Step(5 * time.Second)
+	replacements := []*corev1.Pod{ownedAgent("a2", "w-0", false, "10.0.1.10"), ownedAgent("b2", "w-1", false, "10.0.1.10")}
+	for _, p := range replacements {
 		p.CreationTimestamp = metav1.NewTime(f.clock.Now())
 		if err := f.client.Create(context.Background(), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if result := f.reconcile(t); result.RequeueAfter == 0 || len(f.remaining(t)) != 4 {
+		t.Errorf("the next batch did not wait for the replacements to be Ready (requeue %v, pods %v)", result.RequeueAfter, f.remaining(t))
+	}
+	for _, p := range replacements {
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		if err := f.client.Status().Update(context.Background(), p); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -140,11 +156,28 @@ func TestStrandedPodsInBatches(t *testing.T) {
 // TestNothingWithoutTheWebhook: while a dry run comes back unpinned (the webhook does not answer), nothing is deleted.
 func TestNothingWithoutTheWebhook(t *testing.T) {
 	f := newFixture(t, false, ownedAgent("a", "w-0", false, "10.0.1.99"))
-	if result := f.reconcile(t); result.RequeueAfter != time.Minute {
-		t.Errorf("requeue after %v, want the slow interval", result.RequeueAfter)
+	if result := f.reconcile(t); result.RequeueAfter == 0 {
+		t.Error("no requeue")
 	}
-	if got := f.remaining(t); len(got) != 1 {
-		t.Errorf("pods %v, want the stranded one kept", got)
+	f.reconcile(t) // an event: the failed probe is not repeated at once
+	if got := f.remaining(t); len(got) != 1 || f.dryRuns != 1 {
+		t.Errorf("pods %v, %d dry runs; want the stranded one kept and one dry run", got, f.dryRuns)
+	}
+	f.clock.Step(time.Minute)
+	f.reconcile(t)
+	if f.dryRuns != 2 {
+		t.Errorf("%d dry runs, want a second after the slow interval", f.dryRuns)
+	}
+}
+
+// TestOrphansLeftAlone: a Cilium pod that no DaemonSet or ReplicaSet controls would not come back.
+func TestOrphansLeftAlone(t *testing.T) {
+	pod := ownedAgent("a", "w-0", false, "10.0.1.99")
+	pod.OwnerReferences = nil
+	f := newFixture(t, true, pod)
+	f.reconcile(t)
+	if got := f.remaining(t); len(got) != 1 || f.dryRuns != 0 {
+		t.Errorf("pods %v, %d dry runs; want the orphan kept", got, f.dryRuns)
 	}
 }
 

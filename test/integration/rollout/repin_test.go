@@ -103,7 +103,8 @@ func ciliumPodsPinned(t *testing.T, nodes int) {
 // rebuilt at a new address): the agents off the control plane and the operator were admitted with the old address in
 // their hostAliases, which kubelet wrote into their hosts files at start; they are stranded. The extension recreates
 // them, with no manual step, and their DaemonSet and ReplicaSet's new pods are pinned to the new address. The
-// control-plane node's own agent (localhost) is left alone.
+// control-plane node's own agent (localhost) is left alone. Then the control-plane node is replaced by one at another
+// address, and every pod follows again.
 func TestStrandedCiliumPodsRecreated(t *testing.T) {
 	ctx := context.Background()
 	registerControlPlaneNode(t, "cp-r", "10.0.1.40")
@@ -123,6 +124,15 @@ func TestStrandedCiliumPodsRecreated(t *testing.T) {
 	if got := agentOn(t, "cp-r"); got != controlPlaneAgent {
 		t.Errorf("the control-plane node's agent %s, which reaches its own kube-apiserver, was recreated as %s", controlPlaneAgent, got)
 	}
+	// The control-plane node is replaced by one at another address, as `gardenadm restore` onto a new node does.
+	registerControlPlaneNode(t, "cp-r-new", "10.0.1.42")
+	if err := kubelets.Remove(ctx, "cp-r"); err != nil {
+		t.Fatal(err)
+	}
+	replaced := time.Now()
+	ciliumPodsPinned(t, 3)
+	t.Logf("every Cilium pod pinned to the replacement node %s after it replaced the old one", time.Since(replaced).Round(100*time.Millisecond))
+
 	events := &corev1.EventList{}
 	if err := env.Client.List(ctx, events, client.InNamespace(cilium.Namespace)); err != nil {
 		t.Fatal(err)
