@@ -87,7 +87,9 @@ const (
 	// (k8s.io/apimachinery/pkg/util/net/http.go readIdleTimeoutSeconds and pingTimeoutSeconds, there since Kubernetes
 	// 1.20, kubernetes#95981; Cilium 1.17 builds apimachinery v0.32, 1.18 Cilium's fork of v0.33, 1.19 v0.35, 1.20
 	// v0.36): an HTTP/2 connection that carried no frame for the first is pinged, and closed when the ping is not
-	// answered within the second. They default to 30 s and 15 s.
+	// answered within the second. They default to 30 s and 15 s. The 1.18 fork (github.com/cilium/apimachinery
+	// v0.33.3-1, which the module proxy does not serve) is, by Cilium's go.mod, upstream v0.33.3 with patches for
+	// `omitzero` JSON tags in converters; upstream v0.33.3 reads both variables (http.go lines 148 and 162).
 	EnvHTTP2ReadIdleTimeout = "HTTP2_READ_IDLE_TIMEOUT_SECONDS"
 	EnvHTTP2PingTimeout     = "HTTP2_PING_TIMEOUT_SECONDS"
 	// EnvClientConnectionTimeout is the dial timeout of the kube-apiserver client of the agent, the operator and
