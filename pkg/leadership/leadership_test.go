@@ -90,11 +90,12 @@ func (l *lock) holder() string {
 
 // leaderWork is a leader-elected runnable that records when it runs.
 type leaderWork struct {
-	mu      sync.Mutex
-	running int
-	starts  int
-	overlap bool
-	err     error
+	mu       sync.Mutex
+	running  int
+	stopping int
+	starts   int
+	overlap  bool
+	err      error
 }
 
 func (w *leaderWork) Start(ctx context.Context) error {
@@ -106,6 +107,9 @@ func (w *leaderWork) Start(ctx context.Context) error {
 	w.mu.Unlock()
 	if err == nil {
 		<-ctx.Done()
+		w.mu.Lock()
+		w.stopping++
+		w.mu.Unlock()
 		// Stopping takes a while (a reconciliation finishing): the next term must wait for it.
 		time.Sleep(300 * time.Millisecond)
 	}
@@ -113,6 +117,12 @@ func (w *leaderWork) Start(ctx context.Context) error {
 	w.running--
 	w.mu.Unlock()
 	return err
+}
+
+func (w *leaderWork) stopped() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stopping
 }
 
 func (w *leaderWork) state() (running, starts int, overlap bool) {
@@ -254,6 +264,24 @@ func TestLostLeaseStartsNextTerm(t *testing.T) {
 	}
 	if running, _, _ := work.state(); running != 0 {
 		t.Error("the leader work runs on after the process stopped")
+	}
+}
+
+// TestNoOverlapWhenTheLeaseComesBackAtOnce: kube-apiserver is away just long enough to lose the lease and back while
+// the ended term's work is still stopping; with the same identity the next term could lead at once, and must wait.
+func TestNoOverlapWhenTheLeaseComesBackAtOnce(t *testing.T) {
+	l, work := &lock{}, &leaderWork{}
+	stop, _, _ := terms(t, l, work, 0)
+	waitFor(t, "the first term leads", func() bool { running, _, _ := work.state(); return running == 1 })
+	l.setDown(true)
+	waitFor(t, "the first term's work is stopping", func() bool { return work.stopped() == 1 })
+	l.setDown(false)
+	waitFor(t, "the second term leads", func() bool { running, starts, _ := work.state(); return running == 1 && starts == 2 })
+	if _, _, overlap := work.state(); overlap {
+		t.Error("the second term's work started while the first's was still stopping")
+	}
+	if err := stop(); err != nil {
+		t.Error(err)
 	}
 }
 
