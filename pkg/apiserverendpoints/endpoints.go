@@ -28,6 +28,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	clientcmdlatest "k8s.io/client-go/tools/clientcmd/api/latest"
 	clientcmdv1 "k8s.io/client-go/tools/clientcmd/api/v1"
@@ -112,6 +113,17 @@ func IsControlPlaneNode(node *corev1.Node) bool {
 	return slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool {
 		return t.Key == v1beta1constants.LabelNodeRoleControlPlane
 	})
+}
+
+// ControlPlaneNodes are the names of the control-plane nodes among nodes.
+func ControlPlaneNodes(nodes []corev1.Node) sets.Set[string] {
+	names := sets.New[string]()
+	for i := range nodes {
+		if IsControlPlaneNode(&nodes[i]) {
+			names.Insert(nodes[i].Name)
+		}
+	}
+	return names
 }
 
 // ControlPlane are the kube-apiserver addresses of all control-plane nodes.

@@ -160,8 +160,12 @@ func (r *countedRunnable) Start(ctx context.Context) error {
 	return r.Runnable.Start(ctx)
 }
 
-func (r *countedRunnable) NeedLeaderElection() bool {
-	if l, ok := r.Runnable.(manager.LeaderElectionRunnable); ok {
+func (r *countedRunnable) NeedLeaderElection() bool { return NeedsLeaderElection(r.Runnable) }
+
+// NeedsLeaderElection tells whether the manager runs r only while leading: what r says, and yes when it says nothing
+// (controller-runtime's default, pkg/manager/runnable_group.go).
+func NeedsLeaderElection(r manager.Runnable) bool {
+	if l, ok := r.(manager.LeaderElectionRunnable); ok {
 		return l.NeedLeaderElection()
 	}
 	return true

@@ -89,11 +89,7 @@ type runnablesNeedingLeadership struct {
 }
 
 func (m runnablesNeedingLeadership) Add(r manager.Runnable) error {
-	needs := true // controller-runtime's default for runnables that do not say
-	if l, ok := r.(manager.LeaderElectionRunnable); ok {
-		needs = l.NeedLeaderElection()
-	}
-	if needs != m.leader {
+	if leadership.NeedsLeaderElection(r) != m.leader {
 		return nil
 	}
 	return m.Manager.Add(r)

@@ -17,6 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/gardener/gardener/pkg/utils/kubernetes/health"
+
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 )
@@ -50,7 +52,7 @@ var ciliumPodChanged = predicate.And(
 	predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		oldPod, okOld := e.ObjectOld.(*corev1.Pod)
 		newPod, okNew := e.ObjectNew.(*corev1.Pod)
-		return !okOld || !okNew || oldPod.Spec.NodeName != newPod.Spec.NodeName || isReady(oldPod) != isReady(newPod) ||
+		return !okOld || !okNew || oldPod.Spec.NodeName != newPod.Spec.NodeName || health.IsPodReady(oldPod) != health.IsPodReady(newPod) ||
 			(oldPod.DeletionTimestamp == nil) != (newPod.DeletionTimestamp == nil)
 	}},
 )

@@ -18,6 +18,8 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/gardener/gardener/pkg/utils/kubernetes/health"
+
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 )
@@ -94,11 +96,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	if members.Empty() {
 		return reconcile.Result{}, nil // nothing to pin to: never act on an empty view
 	}
-	controlPlaneNodes, readyNodes := sets.New[string](), sets.New[string]()
+	controlPlaneNodes, readyNodes := apiserverendpoints.ControlPlaneNodes(nodes.Items), sets.New[string]()
 	for i := range nodes.Items {
-		if apiserverendpoints.IsControlPlaneNode(&nodes.Items[i]) {
-			controlPlaneNodes.Insert(nodes.Items[i].Name)
-		}
 		if apiserverendpoints.IsReady(&nodes.Items[i]) {
 			readyNodes.Insert(nodes.Items[i].Name)
 		}
@@ -161,7 +160,7 @@ const replacementGrace = 2 * time.Second
 func (r *Reconciler) inFlight(current []*corev1.Pod, readyNodes sets.Set[string]) time.Duration {
 	wait := replacementGrace - r.Clock.Since(r.lastBatchTime())
 	for _, p := range current {
-		if age := r.Clock.Since(p.CreationTimestamp.Time); !isReady(p) && age < r.Options.BatchTimeout && readyNodes.Has(p.Spec.NodeName) {
+		if age := r.Clock.Since(p.CreationTimestamp.Time); !health.IsPodReady(p) && age < r.Options.BatchTimeout && readyNodes.Has(p.Spec.NodeName) {
 			wait = max(wait, min(replacementGrace, r.Options.BatchTimeout-age))
 		}
 	}
@@ -261,15 +260,9 @@ func (r *Reconciler) event(pod *corev1.Pod, pinning Pinning, members apiserveren
 // EventReason is the reason of the event on a pod's DaemonSet or ReplicaSet when the pod is recreated.
 const EventReason = "RecreatingStalePod"
 
-func isReady(p *corev1.Pod) bool {
-	return slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
-		return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
-	})
-}
-
 // compareReadiness orders NotReady pods before Ready ones: they are the ones without kube-apiserver now.
 func compareReadiness(a, b *corev1.Pod) int {
-	switch ra, rb := isReady(a), isReady(b); {
+	switch ra, rb := health.IsPodReady(a), health.IsPodReady(b); {
 	case ra == rb:
 		return strings.Compare(a.Name, b.Name)
 	case !ra:

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
@@ -69,12 +68,7 @@ func ciliumPodsPinned(t *testing.T, nodes int) {
 			return false, err
 		}
 		members := apiserverendpoints.FromNodes(nodeList.Items)
-		cpNodes := sets.New[string]()
-		for i := range nodeList.Items {
-			if apiserverendpoints.IsControlPlaneNode(&nodeList.Items[i]) {
-				cpNodes.Insert(nodeList.Items[i].Name)
-			}
-		}
+		cpNodes := apiserverendpoints.ControlPlaneNodes(nodeList.Items)
 		pods := &corev1.PodList{}
 		if err := env.Client.List(ctx, pods, client.InNamespace(cilium.Namespace)); err != nil {
 			return false, err
