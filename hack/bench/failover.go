@@ -26,7 +26,7 @@ const kubeVIPFailover = 3 * time.Second
 // the real operator, and the lease holder's node killed runs times: with the exposure's lease timings, its link down
 // or hung, and with Cilium's defaults. Then one kube-apiserver is stopped while its node stays up.
 func vipFailover(r *report, runs int) error {
-	return withCiliumNodes(r, "6", "cbench", func(ctx context.Context, cluster *ciliumnodes.Cluster) error {
+	return withCiliumNodes(r, "6", "cbench", func(ctx context.Context, _ *testenv.Env, cluster *ciliumnodes.Cluster) error {
 		return failovers(ctx, r, cluster, runs)
 	})
 }
@@ -34,7 +34,7 @@ func vipFailover(r *report, runs int) error {
 // withCiliumNodes runs do on a cluster of real agents (test/ciliumnodes) in a control plane of its own, serving a
 // certificate made as Gardener makes it, or notes why section cannot run. An interrupted bench still removes its
 // namespaces, cgroups and processes.
-func withCiliumNodes(r *report, section, prefix string, do func(context.Context, *ciliumnodes.Cluster) error) error {
+func withCiliumNodes(r *report, section, prefix string, do func(context.Context, *testenv.Env, *ciliumnodes.Cluster) error) error {
 	if err := ciliumnodes.Available(); err != nil {
 		r.Notes = append(r.Notes, "Section "+section+" did not run: "+err.Error())
 		fmt.Println("   skipped:", err)
@@ -52,7 +52,7 @@ func withCiliumNodes(r *report, section, prefix string, do func(context.Context,
 		return err
 	}
 	defer cluster.Close()
-	return do(ctx, cluster)
+	return do(ctx, env, cluster)
 }
 
 func failovers(ctx context.Context, r *report, cluster *ciliumnodes.Cluster, runs int) error {

@@ -35,10 +35,11 @@ func main() {
 	out := flag.String("out", "bench/results", "where to write the results")
 	version := flag.String("cilium-version", "1.19.7", "the Cilium chart and operator")
 	rerender := flag.String("render", "", "only write the Markdown of an earlier JSON result")
-	flag.StringVar(&only, "sections", "1,2,3,4,6,7,8", "the sections to run (5, memory, comes with 3 and 4)")
+	flag.StringVar(&only, "sections", "1,2,3,4,6,7,8,9", "the sections to run (5, memory, comes with 3 and 4)")
 	failovers := flag.Int("failovers", 5, "how many failovers section 6 measures per lease timing")
 	flips := flag.Int("flips", 20, "how often section 7 takes an endpoint's kube-apiserver away and back")
-	reconnects := flag.Int("reconnects", 3, "how often section 8 kills a worker agent's control-plane node per death and client setting")
+	reconnects := flag.Int("reconnects", 3, "how often section 8 ends a worker agent's connection to kube-apiserver per way and client setting")
+	repins := flag.Int("repins", 5, "how often section 9 moves every control-plane node to a new address")
 	flag.StringVar(&profileDir, "profile", "", "write CPU profiles of kube-apiserver during sections 3 and 4 here")
 	floorsDir := flag.String("serve-floors", "", "internal: serve section 3's floor webhooks, writing their URL and CA into this directory")
 	flag.Parse()
@@ -64,7 +65,7 @@ func main() {
 	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 
 	r := &report{Date: time.Now().UTC().Format("2006-01-02 15:04 MST"), Machine: machine()}
-	if err := run(r, *version, *failovers, *flips, *reconnects); err != nil {
+	if err := run(r, *version, counts{failovers: *failovers, flips: *flips, reconnects: *reconnects, repins: *repins}); err != nil {
 		fmt.Fprintln(os.Stderr, "bench failed:", err)
 		os.Exit(1)
 	}
@@ -76,7 +77,10 @@ func main() {
 	fmt.Println("results:", path)
 }
 
-func run(r *report, version string, failovers, flips, reconnects int) error {
+// counts say how often the sections with real agents repeat what they measure.
+type counts struct{ failovers, flips, reconnects, repins int }
+
+func run(r *report, version string, n counts) error {
 	f, err := newFixture(version)
 	if err != nil {
 		return err
@@ -98,19 +102,25 @@ func run(r *report, version string, failovers, flips, reconnects int) error {
 	}
 	if runs("6") {
 		fmt.Println("==> 6. VIP failover with Cilium's real agents")
-		if err := vipFailover(r, failovers); err != nil {
+		if err := vipFailover(r, n.failovers); err != nil {
 			return err
 		}
 	}
 	if runs("7") {
 		fmt.Println("==> 7. endpoint probes")
-		if err := endpointProbes(r, flips); err != nil {
+		if err := endpointProbes(r, n.flips); err != nil {
 			return err
 		}
 	}
 	if runs("8") {
 		fmt.Println("==> 8. agent reconnects to kube-apiserver")
-		if err := agentReconnects(r, reconnects); err != nil {
+		if err := agentReconnects(r, n.reconnects); err != nil {
+			return err
+		}
+	}
+	if runs("9") {
+		fmt.Println("==> 9. agents re-pinned after the control-plane nodes moved")
+		if err := agentRepins(r, n.repins); err != nil {
 			return err
 		}
 	}

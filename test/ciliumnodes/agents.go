@@ -31,8 +31,10 @@ const (
 )
 
 // installation is a chart as the webhook admitted it: its agent DaemonSet and operator Deployment (sent as dry runs
-// for upstream's chart, whose objects are named as Gardener's), its `cilium-config`, and the agent pod of each node,
-// created from the admitted DaemonSet as the DaemonSet controller would.
+// for upstream's chart, whose objects are named as Gardener's), its `cilium-config`, and the agent pod of each node:
+// for Gardener's chart the one Kubernetes' DaemonSet controller created and the scheduler bound to the node, for
+// upstream's one created from the admitted DaemonSet as that controller would, as a dry run (a stored pod of the same
+// labels would be the DaemonSet's to adopt).
 type installation struct {
 	agent    *appsv1.DaemonSet
 	operator *appsv1.Deployment
@@ -103,6 +105,11 @@ func (c *Cluster) install(ctx context.Context, chart Chart) (*installation, erro
 	inst := &installation{agent: rendered.Agent.DeepCopy(), operator: rendered.Operator.DeepCopy(), config: rendered.Config.DeepCopy(), pods: map[string]*corev1.Pod{}}
 	if chart == GardenerChart {
 		for _, obj := range rendered.All {
+			// Not Envoy's DaemonSet: the agents here run without Envoy (agentFlags), which cannot run here, and its
+			// pods, never ready, would hold up the re-pinning, which waits for replacements still starting.
+			if obj == client.Object(rendered.Envoy) {
+				continue
+			}
 			if err := c.env.Client.Create(ctx, obj.DeepCopyObject().(client.Object)); err != nil && !apierrors.IsAlreadyExists(err) {
 				return nil, fmt.Errorf("creating %T %s: %w", obj, obj.GetName(), err)
 			}
@@ -116,11 +123,15 @@ func (c *Cluster) install(ctx context.Context, chart Chart) (*installation, erro
 	if !slices.ContainsFunc(inst.agent.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == apiserverendpoints.VolumeName }) {
 		return nil, fmt.Errorf("%s: the webhook did not pin the agent DaemonSet", chart)
 	}
+	if chart == GardenerChart {
+		return inst, c.waitForDaemonSetPods(ctx, inst)
+	}
 	for _, n := range c.Nodes() {
 		pod := ciliumchart.DaemonSetPod(inst.agent, n.Name)
-		if err := c.env.Client.Create(ctx, pod); err != nil {
+		if err := c.env.Client.Create(ctx, pod, client.DryRunAll); err != nil {
 			return nil, err
 		}
+		pod.UID = "" // kube-apiserver fills it in for a dry run too, but no such pod exists to bind a token to
 		inst.pods[n.Name] = pod
 	}
 	return inst, nil
@@ -200,7 +211,7 @@ func (c *Cluster) Run(ctx context.Context, want Agents) (map[string]*corev1.Pod,
 	errs := make(chan error, len(c.nodes))
 	for _, n := range c.Nodes() {
 		if c.running != nil && c.running.Chart == want.Chart && c.running.ClientDefaults == want.ClientDefaults &&
-			(!n.ControlPlane || sameLease(c.running.Lease, want.Lease)) && n.running() {
+			(!n.ControlPlane || sameLease(c.running.Lease, want.Lease)) && n.running() && !n.stale() {
 			continue
 		}
 		pod := inst.pods[n.Name]

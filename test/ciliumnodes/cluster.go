@@ -9,6 +9,9 @@
 // (podrun.ShootCertificates). Whatever reaches the `kubernetes` Service's backend address inside a node (where Cilium's
 // kube-proxy replacement sends a connection to the ClusterIP) is counted, and so is every packet a node sends to the
 // ClusterIP or the VIP untranslated (Attempts).
+//
+// Kubernetes' own DaemonSet controller and scheduler create and bind the agent pods of Gardener's chart; the harness
+// is the nodes' kubelet (kubelet.go), the one component that cannot run here.
 package ciliumnodes
 
 import (
@@ -53,6 +56,9 @@ func Available() error {
 	if err := testenv.Root(); err != nil {
 		return err
 	}
+	if err := testenv.KubernetesControllers(); err != nil {
+		return err
+	}
 	if _, err := os.Stat(Clang); err != nil {
 		return fmt.Errorf("the agents compile their BPF programs with %s, which is missing: run `sudo hack/setup.sh`", Clang)
 	}
@@ -64,6 +70,10 @@ type Cluster struct {
 	env     *testenv.Env
 	lan     *lan
 	cgroups string
+	// kubernetes are the DaemonSet controller and the scheduler; stopKubelets ends the nodes' kubelet loop.
+	kubernetes   *testenv.Kubernetes
+	stopKubelets context.CancelFunc
+	kubeletDone  chan struct{}
 	// Client is the client's network namespace.
 	Client *podrun.Netns
 	nodes  map[string]*Node
@@ -113,6 +123,17 @@ func New(ctx context.Context, env *testenv.Env, prefix string) (*Cluster, error)
 		}
 		c.nodes[name] = n
 	}
+	if c.kubernetes, err = env.RunKubernetes([]string{"daemonset-controller"}); err != nil {
+		c.Close()
+		return nil, err
+	}
+	var kubelets context.Context
+	kubelets, c.stopKubelets = context.WithCancel(context.Background())
+	c.kubeletDone = make(chan struct{})
+	go func() {
+		defer close(c.kubeletDone)
+		c.runKubelets(kubelets)
+	}()
 	return c, nil
 }
 
@@ -147,6 +168,13 @@ func useFixtureAddresses(ctx context.Context, env *testenv.Env) error {
 
 // Close stops every process on the nodes and removes the namespaces, links and cgroups.
 func (c *Cluster) Close() {
+	if c.stopKubelets != nil {
+		c.stopKubelets()
+		<-c.kubeletDone
+	}
+	if c.kubernetes != nil {
+		c.kubernetes.Stop()
+	}
 	var stopping sync.WaitGroup
 	for _, n := range c.nodes {
 		stopping.Go(n.Stop)

@@ -20,6 +20,7 @@ import (
 	"github.com/cilium/cilium/pkg/defaults"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -28,6 +29,7 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumbin"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/kubelet"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
 )
@@ -41,12 +43,18 @@ type Node struct {
 	// serviceBackend is where Cilium's kube-proxy replacement sends a connection to the `kubernetes` ClusterIP: the
 	// endpoint of kube-apiserver's own EndpointSlice. Inside the node it is a trap.
 	serviceBackend string
+	// apiServer is the test's kube-apiserver, where the node's kube-apiserver address forwards.
+	apiServer string
 
 	mu       sync.Mutex
 	agent    *podrun.Started
 	operator *podrun.Started
+	// agentPod is the UID of the pod the agent runs.
+	agentPod types.UID
 	// silenced: the node drops every packet (Hung).
 	silenced bool
+	// moved: the node's address changed under its running agent, which the next Run starts afresh.
+	moved bool
 }
 
 // agentFlags are the settings a node here cannot take from the chart: its device, tunnel routing (no routes between
@@ -80,7 +88,13 @@ func (c *Cluster) newNode(ctx context.Context, name string, index int) (*Node, e
 	// ipam=kubernetes takes the node's pod CIDR from the Node, as kube-controller-manager would have set it.
 	obj.Spec.PodCIDR = fmt.Sprintf("10.200.%d.0/24", index)
 	obj.Spec.PodCIDRs = []string{obj.Spec.PodCIDR}
+	// Its kubelet runs (below), so that the DaemonSet controller and the scheduler place the agent's pod on it.
+	kubelet.SetLabels(obj)
 	if err := c.env.Client.Update(ctx, obj); err != nil {
+		return nil, err
+	}
+	kubelet.ReportReady(&obj.Status)
+	if err := c.env.Client.Status().Update(ctx, obj); err != nil {
 		return nil, err
 	}
 
@@ -100,6 +114,7 @@ func (c *Cluster) newNode(ctx context.Context, name string, index int) (*Node, e
 		return nil, fmt.Errorf("the kubernetes EndpointSlice has no endpoint: %+v", slice)
 	}
 	n.serviceBackend = fmt.Sprintf("%s:%d", slice.Endpoints[0].Addresses[0], *slice.Ports[0].Port)
+	n.apiServer = apiServer.Host
 	if err := ns.IP("addr", "add", slice.Endpoints[0].Addresses[0]+"/32", "dev", "lo"); err != nil {
 		return nil, err
 	}
@@ -123,17 +138,59 @@ func (c *Cluster) newNode(ctx context.Context, name string, index int) (*Node, e
 
 // restart stops the node's agent if it runs, revives the node and starts the agent from pod.
 func (n *Node) restart(ctx context.Context, env *testenv.Env, pod *corev1.Pod, configMaps map[string]map[string]string, lease *LeaseTimings) error {
-	n.mu.Lock()
-	agent := n.agent
-	n.agent = nil
-	n.mu.Unlock()
-	if agent != nil {
-		agent.Stop(ctx)
-	}
+	n.stopAgent(ctx)
 	if err := n.revive(); err != nil {
 		return err
 	}
 	return n.startAgent(ctx, env, pod, configMaps, lease)
+}
+
+// stopAgent stops the node's agent if it runs, as kubelet does: SIGTERM, and SIGKILL once ctx ends (the pod's grace
+// period when kubelet stops a deleted pod's containers).
+func (n *Node) stopAgent(ctx context.Context) {
+	n.mu.Lock()
+	agent := n.agent
+	n.agent, n.agentPod, n.moved = nil, "", false
+	n.mu.Unlock()
+	if agent != nil {
+		agent.Stop(ctx)
+	}
+}
+
+// runs says whether the node's agent runs the pod of that UID.
+func (n *Node) runs(pod types.UID) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.agent != nil && n.agentPod == pod
+}
+
+// stale says whether the node's address changed under its running agent.
+func (n *Node) stale() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.moved
+}
+
+// move gives the node the address ip in place of its current one, as a DHCP client does when its lease moved (the old
+// address released, the new one bound) or a node rebuilt at a new address: whatever was connected to the old address
+// is left with a black hole. A control-plane node's kube-apiserver serves on the new address.
+func (n *Node) move(ip string) error {
+	// In this order: deleting a subnet's primary address deletes its secondaries with it.
+	if err := n.sandbox.IP("addr", "del", n.IP+prefixLen, "dev", "eth0"); err != nil {
+		return err
+	}
+	if err := n.sandbox.IP("addr", "add", ip+prefixLen, "dev", "eth0"); err != nil {
+		return err
+	}
+	if n.ControlPlane {
+		if err := n.sandbox.Serve(ip+":443", n.apiServer); err != nil {
+			return err
+		}
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.IP, n.moved = ip, n.agent != nil
+	return nil
 }
 
 // running says whether an agent runs on the node.
@@ -183,7 +240,7 @@ func (n *Node) startAgent(ctx context.Context, env *testenv.Env, pod *corev1.Pod
 		return err
 	}
 	n.mu.Lock()
-	n.agent = started
+	n.agent, n.agentPod = started, pod.UID
 	n.mu.Unlock()
 	return nil
 }
@@ -295,7 +352,7 @@ func (n *Node) Kill() { n.end(func(p *podrun.Started) { p.Kill() }) }
 func (n *Node) end(how func(*podrun.Started)) {
 	n.mu.Lock()
 	processes := []*podrun.Started{n.agent, n.operator}
-	n.agent, n.operator = nil, nil
+	n.agent, n.operator, n.agentPod = nil, nil, ""
 	n.mu.Unlock()
 	for _, p := range processes {
 		if p != nil {

@@ -58,6 +58,76 @@ func (c *Cluster) WaitForReconnect(ctx context.Context, r Reconnect, within time
 	return r, nil
 }
 
+// Disconnection is how a worker agent's connection to kube-apiserver ends while its control-plane node stays up.
+type Disconnection string
+
+const (
+	// APIServerStopped: the node's kube-apiserver exits (a restart, a crash): its connections are closed and its port
+	// refuses new ones.
+	APIServerStopped Disconnection = "kube-apiserver stopped, node up"
+	// ConnectionReset: the established connection is closed under the agent (a conntrack flush, a middlebox) while
+	// kube-apiserver keeps serving.
+	ConnectionReset Disconnection = "connection reset, kube-apiserver up"
+)
+
+// Disconnect ends the connection of the worker's agent to its control-plane node's kube-apiserver as how says, and
+// measures, for at most within, until the agent holds a new connection: to another control-plane node when that
+// kube-apiserver stopped (it is started again before Disconnect returns), to any when the connection was reset.
+func (c *Cluster) Disconnect(ctx context.Context, worker string, how Disconnection, within time.Duration) (Reconnect, error) {
+	r := Reconnect{Worker: worker}
+	w := c.nodes[worker]
+	if w == nil || w.ControlPlane {
+		return r, fmt.Errorf("%s is no worker of the cluster", worker)
+	}
+	from, err := c.apiServerOf(w)
+	if err != nil {
+		return r, err
+	}
+	r.From = from.Name
+	accepted := c.acceptedFrom(w.IP)
+	r.died = time.Now()
+	switch how {
+	case APIServerStopped:
+		c.disturb(from.Name)
+		if err := from.SwitchAPIServer(false); err != nil {
+			return r, err
+		}
+		defer func() { _ = from.SwitchAPIServer(true) }()
+	case ConnectionReset:
+		ep, ok := from.sandbox.Endpoint(from.IP + ":443")
+		if !ok {
+			return r, fmt.Errorf("%s serves no kube-apiserver at %s:443", from.Name, from.IP)
+		}
+		ep.CloseConnections()
+	default:
+		return r, fmt.Errorf("unknown disconnection %q", how)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, within, true, func(context.Context) (bool, error) {
+		to, err := c.apiServerOf(w)
+		if err != nil || (how == APIServerStopped && to == from) || c.acceptedFrom(w.IP) == accepted {
+			return false, nil
+		}
+		r.To, r.After = to.Name, time.Since(r.died)
+		return true, nil
+	})
+	if err != nil {
+		peers, _ := w.APIServerPeers()
+		return r, fmt.Errorf("%s after %s (%s): the agent on %s is connected to %v: %w", time.Since(r.died).Round(time.Second), r.From, how, r.Worker, peers, err)
+	}
+	return r, nil
+}
+
+// acceptedFrom counts the connections the control-plane nodes' kube-apiservers accepted from ip.
+func (c *Cluster) acceptedFrom(ip string) int {
+	count := 0
+	for _, n := range c.nodes {
+		if ep, ok := n.sandbox.Endpoint(n.IP + ":443"); ok && n.ControlPlane {
+			count += ep.From()[ip]
+		}
+	}
+	return count
+}
+
 // apiServerOf is the control-plane node whose kube-apiserver the agent on w is connected to, by its sockets.
 func (c *Cluster) apiServerOf(w *Node) (*Node, error) {
 	peers, err := w.APIServerPeers()
@@ -75,4 +145,15 @@ func (c *Cluster) apiServerOf(w *Node) (*Node, error) {
 		return n, nil
 	}
 	return nil, fmt.Errorf("the agent on %s is connected to %s, which is no control-plane node", w.Name, peers[0])
+}
+
+// ConnectedTo is the control-plane node whose kube-apiserver the agent on the node of that name is connected to, by
+// its sockets: an error unless it holds exactly one kube-apiserver connection, to a control-plane node's current
+// address.
+func (c *Cluster) ConnectedTo(name string) (*Node, error) {
+	n := c.nodes[name]
+	if n == nil {
+		return nil, fmt.Errorf("no node %s", name)
+	}
+	return c.apiServerOf(n)
 }

@@ -109,3 +109,28 @@ func TestBlackHoledControlPlaneNode(t *testing.T) {
 		})
 	}
 }
+
+// TestConnectionEndsWithNodeUp: the connection of a worker's agent to kube-apiserver ends while its control-plane node
+// stays up. When that kube-apiserver stops (its connections closed, its port refusing), the agent is connected to
+// another control-plane node; when only the connection is reset, it connects again. Both within a bound shorter than
+// client-go's HTTP/2 health check (45 s), which only a dead peer needs; the times are logged (`make bench` measures
+// them, also with client-go's and Cilium's defaults).
+func TestConnectionEndsWithNodeUp(t *testing.T) {
+	const bound = 30 * time.Second
+	for _, how := range []ciliumnodes.Disconnection{ciliumnodes.APIServerStopped, ciliumnodes.ConnectionReset} {
+		t.Run(string(how), func(t *testing.T) {
+			ctx := context.Background()
+			if _, err := cluster.Run(ctx, ciliumnodes.Agents{}); err != nil {
+				t.Fatal(err)
+			}
+			r, err := cluster.Disconnect(ctx, "worker-0", how, bound)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if how == ciliumnodes.APIServerStopped && r.To == r.From {
+				t.Errorf("the agent on %s is connected to %s, whose kube-apiserver stopped", r.Worker, r.To)
+			}
+			t.Logf("%s (%s): the agent on %s was connected to %s after %s", r.From, how, r.Worker, r.To, r.After.Round(10*time.Millisecond))
+		})
+	}
+}

@@ -18,7 +18,10 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
 )
 
-var cluster *ciliumnodes.Cluster
+var (
+	env     *testenv.Env
+	cluster *ciliumnodes.Cluster
+)
 
 // prefix names what the suite creates on the machine: namespaces and its cgroup.
 var prefix = "cdp" + strconv.Itoa(os.Getpid())
@@ -53,6 +56,7 @@ func TestMain(m *testing.M) {
 }
 
 func setup(ctx context.Context, e *testenv.Env) (func(), error) {
+	env = e
 	var err error
 	if cluster, err = ciliumnodes.New(ctx, e, prefix); err != nil {
 		return nil, err

@@ -32,24 +32,12 @@ func New(c client.Client) *Kubelets { return &Kubelets{client: c} }
 // the pods of a test.
 func (k *Kubelets) Register(ctx context.Context, node *corev1.Node) error {
 	node = node.DeepCopy()
-	if node.Labels == nil {
-		node.Labels = map[string]string{}
-	}
-	node.Labels[corev1.LabelHostname] = node.Name
-	node.Labels[corev1.LabelOSStable] = "linux"
-	node.Labels[corev1.LabelArchStable] = "amd64"
+	SetLabels(node)
 	status := node.Status
 	if err := k.client.Create(ctx, node); err != nil {
 		return err
 	}
-	capacity := corev1.ResourceList{
-		corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110"),
-	}
-	status.Capacity, status.Allocatable = capacity, capacity
-	status.Conditions = []corev1.NodeCondition{{
-		Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
-		LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(),
-	}}
+	ReportReady(&status)
 	node.Status = status
 	if err := k.client.Status().Update(ctx, node); err != nil {
 		return err
@@ -101,6 +89,35 @@ func (k *Kubelets) sync(ctx context.Context, pod *corev1.Pod) {
 	if pod.Status.Phase == corev1.PodRunning {
 		return
 	}
+	ReportRunning(pod)
+	_ = k.client.Status().Update(ctx, pod) // a conflict or a pod gone meanwhile: the next round sees it anew
+}
+
+// SetLabels sets the well-known labels kubelet sets on its node itself (pkg/kubelet/kubelet_node_status.go
+// initialNode), which DaemonSets and the scheduler select on.
+func SetLabels(node *corev1.Node) {
+	if node.Labels == nil {
+		node.Labels = map[string]string{}
+	}
+	node.Labels[corev1.LabelHostname] = node.Name
+	node.Labels[corev1.LabelOSStable] = "linux"
+	node.Labels[corev1.LabelArchStable] = "amd64"
+}
+
+// ReportReady sets the status a kubelet reports for its node once it runs: Ready, and room for the pods of a test.
+func ReportReady(status *corev1.NodeStatus) {
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110"),
+	}
+	status.Capacity, status.Allocatable = capacity, capacity
+	status.Conditions = []corev1.NodeCondition{{
+		Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+		LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(),
+	}}
+}
+
+// ReportRunning sets the status a kubelet reports for pod once its containers started and its readiness probes passed.
+func ReportRunning(pod *corev1.Pod) {
 	now := metav1.Now()
 	pod.Status.Phase = corev1.PodRunning
 	pod.Status.StartTime = &now
@@ -115,5 +132,4 @@ func (k *Kubelets) sync(ctx context.Context, pod *corev1.Pod) {
 			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
 		})
 	}
-	_ = k.client.Status().Update(ctx, pod) // a conflict or a pod gone meanwhile: the next round sees it anew
 }

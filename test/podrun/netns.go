@@ -186,6 +186,18 @@ func (e *Endpoint) Stop() {
 		_ = e.listener.Close()
 		e.listener = nil
 	}
+	e.closeConnections()
+}
+
+// CloseConnections closes every connection the endpoint accepted and keeps listening: established connections reset
+// under their clients (a conntrack flush, a middlebox) while the server keeps serving.
+func (e *Endpoint) CloseConnections() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.closeConnections()
+}
+
+func (e *Endpoint) closeConnections() {
 	for _, c := range e.conns {
 		_ = c.Close()
 	}

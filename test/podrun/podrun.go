@@ -24,6 +24,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -57,7 +58,9 @@ type Network struct {
 // Sandbox is a node's network as Cilium's pods on a self-hosted shoot see it.
 type Sandbox struct {
 	Network
-	ns        *Netns
+	ns *Netns
+
+	mu        sync.Mutex
 	endpoints map[string]*Endpoint
 }
 
@@ -98,7 +101,7 @@ func Attach(ns *Netns, n Network, addresses map[string]string) (*Sandbox, error)
 
 // Close stops the endpoints and deletes the namespace.
 func (s *Sandbox) Close() {
-	for _, ep := range s.endpoints {
+	for _, ep := range s.Endpoints() {
 		ep.Stop()
 	}
 	s.ns.Delete()
@@ -116,7 +119,7 @@ func (s *Sandbox) ControlPlaneAddresses() []string {
 // Reached counts the connections accepted since the last Reset, by address, leaving out addresses nobody dialled.
 func (s *Sandbox) Reached() map[string]int {
 	out := map[string]int{}
-	for addr, ep := range s.endpoints {
+	for addr, ep := range s.Endpoints() {
 		if n := ep.Count(); n > 0 {
 			out[addr] = n
 		}
@@ -128,7 +131,27 @@ func (s *Sandbox) Reached() map[string]int {
 func (s *Sandbox) Netns() *Netns { return s.ns }
 
 // Endpoints are the sandbox's endpoints by address.
-func (s *Sandbox) Endpoints() map[string]*Endpoint { return maps.Clone(s.endpoints) }
+func (s *Sandbox) Endpoints() map[string]*Endpoint {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.endpoints)
+}
+
+// Serve starts an endpoint at addr that forwards to forward, unless the sandbox has one there: a node's kube-apiserver
+// serving on an address the node got later, as it does since it listens on every address of the node.
+func (s *Sandbox) Serve(addr, forward string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.endpoints[addr]; ok {
+		return nil
+	}
+	ep := NewEndpoint(s.ns, addr, forward)
+	if err := ep.Start(); err != nil {
+		return fmt.Errorf("listening on %s in the namespace: %w", addr, err)
+	}
+	s.endpoints[addr] = ep
+	return nil
+}
 
 // IP runs `ip` with args inside the sandbox's network namespace.
 func (s *Sandbox) IP(args ...string) error { return s.ns.IP(args...) }
@@ -140,22 +163,34 @@ func (s *Sandbox) DialContext(ctx context.Context, network, addr string) (net.Co
 
 // Endpoint is the endpoint at addr, if the sandbox has one.
 func (s *Sandbox) Endpoint(addr string) (*Endpoint, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	ep, ok := s.endpoints[addr]
 	return ep, ok
 }
 
 // Reset sets every count to zero.
 func (s *Sandbox) Reset() {
-	for _, ep := range s.endpoints {
+	for _, ep := range s.Endpoints() {
 		ep.Reset()
 	}
 }
 
 // SwitchOff makes addr refuse connections, as a dead kube-apiserver does; SwitchOn starts it again.
-func (s *Sandbox) SwitchOff(addr string) { s.endpoints[addr].Stop() }
+func (s *Sandbox) SwitchOff(addr string) {
+	if ep, ok := s.Endpoint(addr); ok {
+		ep.Stop()
+	}
+}
 
 // SwitchOn starts addr again after SwitchOff.
-func (s *Sandbox) SwitchOn(addr string) error { return s.endpoints[addr].Start() }
+func (s *Sandbox) SwitchOn(addr string) error {
+	ep, ok := s.Endpoint(addr)
+	if !ok {
+		return fmt.Errorf("no endpoint at %s", addr)
+	}
+	return ep.Start()
+}
 
 // BlackHole makes addr (host:port) drop every packet sent to it, as a node that is powered off, partitioned or whose
 // link is down does: nothing refuses, a connection attempt times out. It returns how to undo it.
@@ -397,14 +432,20 @@ func ForPod(ctx context.Context, env *testenv.Env, pod *corev1.Pod, name string)
 	return Container{Pod: pod, Name: name, Binary: binary, Token: token, CA: env.Certificates.CA.CertificatePEM}, nil
 }
 
-// Token is a token of pod's ServiceAccount, as the kubelet's projected service-account volume holds it.
+// Token is a token of pod's ServiceAccount, as the kubelet's projected service-account volume holds it: bound to the
+// pod when it is stored (k8s.io/kubernetes pkg/volume/projected/projected.go), so that kube-apiserver stops accepting
+// it once the pod is deleted; a pod that was only admitted as a dry run has no identity to bind to.
 func Token(ctx context.Context, config *rest.Config, pod *corev1.Pod) (string, error) {
 	cs, err := kubernetes.NewForConfig(config)
 	if err != nil {
 		return "", err
 	}
+	spec := authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}
+	if pod.UID != "" {
+		spec.BoundObjectRef = &authenticationv1.BoundObjectReference{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID}
+	}
 	token, err := cs.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, pod.Spec.ServiceAccountName,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+		&authenticationv1.TokenRequest{Spec: spec}, metav1.CreateOptions{})
 	if err != nil {
 		return "", err
 	}

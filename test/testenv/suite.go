@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -138,11 +139,11 @@ func (e *Env) WebhookAddress() string {
 }
 
 // RestartExtension stops the extension started by RunSuite, abruptly (as a node failure or an OOM kill does) or
-// gracefully, and starts it again with the same flags. It does not wait for the new process to lead: tests wait for
-// what they need.
-func (e *Env) RestartExtension(ctx context.Context, kill bool) error {
+// gracefully, and starts it again with the same flags and extra ones, which hold until the next start. It does not
+// wait for the new process to lead: tests wait for what they need.
+func (e *Env) RestartExtension(ctx context.Context, kill bool, extra ...string) error {
 	e.StopExtension(ctx, kill)
-	return e.StartExtensionAgain()
+	return e.StartExtensionAgain(extra...)
 }
 
 // StopExtension stops the extension started by RunSuite, abruptly (SIGKILL) or gracefully (SIGTERM).
@@ -154,11 +155,11 @@ func (e *Env) StopExtension(ctx context.Context, kill bool) {
 	}
 }
 
-// StartExtensionAgain starts the stopped extension with the same flags, keeping the earlier log.
-func (e *Env) StartExtensionAgain() error {
-	e.extensionLogs.WriteString(e.Extension.Log() + "--- restarted ---\n")
+// StartExtensionAgain starts the stopped extension with the same flags and extra ones, keeping the earlier log.
+func (e *Env) StartExtensionAgain(extra ...string) error {
+	e.extensionLogs.WriteString(e.Extension.Log() + fmt.Sprintf("--- restarted %v ---\n", extra))
 	var err error
-	if e.Extension, err = e.StartExtension(e.extensionCommand[0], e.extensionCommand[1:]); err != nil {
+	if e.Extension, err = e.StartExtension(e.extensionCommand[0], append(slices.Clone(e.extensionCommand[1:]), extra...)); err != nil {
 		return err
 	}
 	return e.waitUntilReady(e.Extension)

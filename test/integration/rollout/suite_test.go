@@ -6,9 +6,7 @@ package rollout_test
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -29,7 +27,7 @@ var (
 	env      *testenv.Env
 	kubelets *kubelet.Kubelets
 	// Kubernetes' own components, whose logs a failing test shows.
-	controllerManager, scheduler *testenv.Process
+	kubernetes *testenv.Kubernetes
 )
 
 func TestMain(m *testing.M) {
@@ -54,35 +52,22 @@ func setup(ctx context.Context, e *testenv.Env) (func(), error) {
 	}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, err
 	}
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	var err error
-	controllerManager, err = testenv.StartProcess(filepath.Join(e.Dir, "kube-controller-manager.log"), filepath.Join(assets, "kube-controller-manager"),
-		"--kubeconfig="+e.Kubeconfig, "--leader-elect=false", "--secure-port=0",
-		"--controllers=daemonset-controller,deployment-controller,replicaset-controller,pod-garbage-collector-controller",
+	if kubernetes, err = e.RunKubernetes([]string{"daemonset-controller", "deployment-controller", "replicaset-controller", "pod-garbage-collector-controller"},
 		// Pods of a node that is gone are deleted at once, not after the 12500 terminated pods podgc waits for.
-		"--terminated-pod-gc-threshold=1")
-	if err != nil {
-		return nil, err
-	}
-	scheduler, err = testenv.StartProcess(filepath.Join(e.Dir, "kube-scheduler.log"), filepath.Join(assets, "kube-scheduler"),
-		"--kubeconfig="+e.Kubeconfig, "--leader-elect=false", "--secure-port=0")
-	if err != nil {
-		controllerManager.Stop(ctx)
+		"--terminated-pod-gc-threshold=1"); err != nil {
 		return nil, err
 	}
 	running, stop := context.WithCancel(ctx)
 	go kubelets.Run(running)
 	return func() {
 		stop()
-		controllerManager.Stop(context.Background())
-		scheduler.Stop(context.Background())
+		kubernetes.Stop()
 	}, nil
 }
 
 // logs are the tails of Kubernetes' components' logs, for a failing test.
-func logs() string {
-	return fmt.Sprintf("--- kube-controller-manager ---\n%s\n--- kube-scheduler ---\n%s", controllerManager.LogTail(20), scheduler.LogTail(20))
-}
+func logs() string { return kubernetes.Logs() }
 
 // registerControlPlaneNode registers a control-plane node as kubelet and gardener-node-agent make it (label and
 // taint) and removes it when the test ends.

@@ -1,0 +1,147 @@
+package ciliumnodes
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gardener/gardener/pkg/utils/kubernetes/health"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/kubelet"
+)
+
+// The harness is the nodes' kubelet for the agent pods of Gardener's chart, the one part of a node that cannot run
+// here. Kubernetes' DaemonSet controller creates those pods from the stored DaemonSet (through the webhook) and the
+// scheduler binds them; the harness does what kubelet then does, in kubelet's order:
+//   - a pod bound to a node: its agent runs from it (with what Run asked for), and once the agent passes its readiness
+//     probe the pod is reported Running and Ready (pkg/kubelet/status/status_manager.go);
+//   - a pod being deleted: its agent is stopped with the pod's grace period, then the pod object is deleted with grace
+//     period 0 and a UID precondition, as the status manager finishes a deletion once the containers are gone. Only
+//     then does the DaemonSet controller create the replacement: a terminating pod still counts as the node's pod
+//     unless the DaemonSet surges (pkg/controller/daemon/daemon_controller.go podsShouldBeOnNode and
+//     getNodesToDaemonPods), which Cilium's agent DaemonSet does not.
+
+// daemonSetPodsTimeout bounds how long the DaemonSet controller and the scheduler may take to give each node its pod.
+const daemonSetPodsTimeout = time.Minute
+
+// waitForDaemonSetPods waits until each node has a bound pod of the stored agent DaemonSet, and records them.
+func (c *Cluster) waitForDaemonSetPods(ctx context.Context, inst *installation) error {
+	var missing []string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, daemonSetPodsTimeout, true, func(ctx context.Context) (bool, error) {
+		pods, err := c.daemonSetPods(ctx, inst)
+		if err != nil {
+			return false, err
+		}
+		missing = nil
+		for _, n := range c.Nodes() {
+			if p := pods[n.Name]; p != nil && p.DeletionTimestamp == nil {
+				inst.pods[n.Name] = p
+			} else {
+				missing = append(missing, n.Name)
+			}
+		}
+		return len(missing) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the agent DaemonSet has no bound pod on %v: %w\n%s", missing, err, c.kubernetes.Logs())
+	}
+	return nil
+}
+
+// daemonSetPods are the pods of the stored agent DaemonSet bound to the nodes, by node; of several pods on a node
+// (one terminating beside its replacement), the one not terminating.
+func (c *Cluster) daemonSetPods(ctx context.Context, inst *installation) (map[string]*corev1.Pod, error) {
+	ds := &appsv1.DaemonSet{}
+	if err := c.env.Client.Get(ctx, client.ObjectKeyFromObject(inst.agent), ds); err != nil {
+		return nil, err
+	}
+	list := &corev1.PodList{}
+	if err := c.env.Client.List(ctx, list, client.InNamespace(ds.Namespace), client.MatchingLabels(ds.Spec.Selector.MatchLabels)); err != nil {
+		return nil, err
+	}
+	out := map[string]*corev1.Pod{}
+	for i := range list.Items {
+		p := &list.Items[i]
+		if owner := metav1.GetControllerOf(p); owner == nil || owner.UID != ds.UID || c.nodes[p.Spec.NodeName] == nil {
+			continue
+		}
+		if prev := out[p.Spec.NodeName]; prev == nil || prev.DeletionTimestamp != nil {
+			out[p.Spec.NodeName] = p
+		}
+	}
+	return out, nil
+}
+
+// runKubelets syncs the agent pods of Gardener's chart every 100 ms until ctx ends.
+func (c *Cluster) runKubelets(ctx context.Context) {
+	for ctx.Err() == nil {
+		c.syncPods(ctx)
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (c *Cluster) syncPods(ctx context.Context) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	inst := c.installed[GardenerChart]
+	if inst == nil {
+		return
+	}
+	list := &corev1.PodList{}
+	if err := c.env.Client.List(ctx, list, client.InNamespace(inst.agent.Namespace), client.MatchingLabels(inst.agent.Spec.Selector.MatchLabels)); err != nil {
+		return
+	}
+	for i := range list.Items {
+		pod := &list.Items[i]
+		n := c.nodes[pod.Spec.NodeName]
+		if n == nil || metav1.GetControllerOf(pod) == nil {
+			continue
+		}
+		if err := c.syncPod(ctx, inst, n, pod); err != nil {
+			fmt.Printf("kubelet of %s: pod %s: %v\n", n.Name, pod.Name, err)
+		}
+	}
+}
+
+func (c *Cluster) syncPod(ctx context.Context, inst *installation, n *Node, pod *corev1.Pod) error {
+	if pod.DeletionTimestamp != nil {
+		if n.runs(pod.UID) {
+			grace, cancel := context.WithTimeout(ctx, time.Duration(ptr.Deref(pod.DeletionGracePeriodSeconds, 0))*time.Second)
+			n.stopAgent(grace)
+			cancel()
+		}
+		return client.IgnoreNotFound(c.env.Client.Delete(ctx, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &pod.UID}))
+	}
+	// Gardener's chart is what runs: a new pod on the node replaces the one its agent ran.
+	if c.running != nil && c.running.Chart == GardenerChart && inst.pods[n.Name].UID != pod.UID {
+		inst.pods[n.Name] = pod
+		configMaps, err := c.kubeSystemConfigMaps(ctx)
+		if err != nil {
+			return err
+		}
+		run := pod
+		if c.running.ClientDefaults {
+			run = withClientDefaults(pod)
+		}
+		return n.restart(ctx, c.env, run, configMaps, c.running.Lease)
+	}
+	if health.IsPodReady(pod) || !n.runs(pod.UID) {
+		return nil
+	}
+	if ready, _ := n.Ready(ctx); !ready {
+		return nil
+	}
+	kubelet.ReportRunning(pod)
+	pod.Status.HostIP, pod.Status.PodIP = n.IP, n.IP // a hostNetwork pod's
+	return client.IgnoreNotFound(c.env.Client.Status().Update(ctx, pod))
+}
