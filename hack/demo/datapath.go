@@ -11,6 +11,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumnodes"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumoperator"
@@ -32,6 +36,12 @@ func (d *demo) datapath(ctx context.Context, chart string) ([]string, error) {
 	// The chart's operator takes over the exposure's LB-IPAM and announcement policy from the one on the host.
 	d.operator.Stop(ctx)
 	ciliumoperator.FreeLease(ctx, d.env.Client)
+	// The agent pods created above stood in for the DaemonSet controller's; from here Kubernetes' own makes them, and
+	// would adopt those (they match its selector) only to delete them.
+	if err := d.env.Client.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(cilium.Namespace),
+		client.MatchingLabels{cilium.LabelKeyApp: cilium.LabelValueAgent}, client.GracePeriodSeconds(0)); err != nil {
+		return nil, err
+	}
 	cluster, err := ciliumnodes.New(ctx, d.env, "cdemo"+strconv.Itoa(os.Getpid()))
 	if err != nil {
 		return nil, err

@@ -48,6 +48,9 @@ type Repin struct {
 // of UID old and is connected to a control-plane node's current address; since is when the addresses changed.
 func (c *Cluster) WaitForRepin(ctx context.Context, name string, old types.UID, since time.Time, within time.Duration) (Repin, error) {
 	var r Repin
+	if c.nodes[name] == nil {
+		return r, fmt.Errorf("no node %s", name)
+	}
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, within, true, func(context.Context) (bool, error) {
 		if r.Pod = c.AgentPod(name); r.Pod == nil || r.Pod.UID == old {
 			return false, nil

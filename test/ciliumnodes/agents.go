@@ -105,8 +105,9 @@ func (c *Cluster) install(ctx context.Context, chart Chart) (*installation, erro
 	inst := &installation{agent: rendered.Agent.DeepCopy(), operator: rendered.Operator.DeepCopy(), config: rendered.Config.DeepCopy(), pods: map[string]*corev1.Pod{}}
 	if chart == GardenerChart {
 		for _, obj := range rendered.All {
-			// Not Envoy's DaemonSet: the agents here run without Envoy (agentFlags), which cannot run here, and its
-			// pods, never ready, would hold up the re-pinning, which waits for replacements still starting.
+			// Not Envoy's DaemonSet: the agents here run without Envoy (agentFlags), which cannot run here. Its pods,
+			// never ready, would count as replacements still starting, and re-pinning would wait BatchTimeout for
+			// them before each batch.
 			if obj == client.Object(rendered.Envoy) {
 				continue
 			}

@@ -19,14 +19,15 @@ import (
 
 // The harness is the nodes' kubelet for the agent pods of Gardener's chart, the one part of a node that cannot run
 // here. Kubernetes' DaemonSet controller creates those pods from the stored DaemonSet (through the webhook) and the
-// scheduler binds them; the harness does what kubelet then does, in kubelet's order:
-//   - a pod bound to a node: its agent runs from it (with what Run asked for), and once the agent passes its readiness
-//     probe the pod is reported Running and Ready (pkg/kubelet/status/status_manager.go);
-//   - a pod being deleted: its agent is stopped with the pod's grace period, then the pod object is deleted with grace
-//     period 0 and a UID precondition, as the status manager finishes a deletion once the containers are gone. Only
-//     then does the DaemonSet controller create the replacement: a terminating pod still counts as the node's pod
-//     unless the DaemonSet surges (pkg/controller/daemon/daemon_controller.go podsShouldBeOnNode and
-//     getNodesToDaemonPods), which Cilium's agent DaemonSet does not.
+// scheduler binds them; the harness does what kubelet then does, in kubelet's order (k8s.io/kubernetes pkg/kubelet):
+//   - a pod bound to a node: its agent runs from it (with what Run asked for; a start that failed is tried again), the
+//     pod is reported Running, and Ready once the agent passes its readiness probe;
+//   - a pod being deleted: its agent gets SIGTERM and, after the grace period (kubelet gives a container at least 2 s:
+//     kuberuntime/kuberuntime_container.go minimumGracePeriodInSeconds), SIGKILL; the pod is reported terminal
+//     (kubelet_pods.go getPhase with podIsTerminal) and then deleted with grace period 0 and a UID precondition, as the
+//     status manager finishes a deletion (status/status_manager.go). The DaemonSet controller creates the replacement
+//     once the pod is terminal: until then a terminating pod still counts as the node's pod, Cilium's agent DaemonSet
+//     not surging (pkg/controller/daemon/daemon_controller.go getNodesToDaemonPods, podsShouldBeOnNode).
 
 // daemonSetPodsTimeout bounds how long the DaemonSet controller and the scheduler may take to give each node its pod.
 const daemonSetPodsTimeout = time.Minute
@@ -113,18 +114,28 @@ func (c *Cluster) syncPods(ctx context.Context) {
 	}
 }
 
+// minimumGracePeriod is the least time kubelet gives a container between SIGTERM and SIGKILL.
+const minimumGracePeriod = 2 * time.Second
+
 func (c *Cluster) syncPod(ctx context.Context, inst *installation, n *Node, pod *corev1.Pod) error {
 	if pod.DeletionTimestamp != nil {
+		var exitCode int32
 		if n.runs(pod.UID) {
-			grace, cancel := context.WithTimeout(ctx, time.Duration(ptr.Deref(pod.DeletionGracePeriodSeconds, 0))*time.Second)
-			n.stopAgent(grace)
+			grace, cancel := context.WithTimeout(ctx, max(minimumGracePeriod, time.Duration(ptr.Deref(pod.DeletionGracePeriodSeconds, 0))*time.Second))
+			exitCode = n.stopAgent(grace)
 			cancel()
+		}
+		if pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
+			kubelet.ReportTerminated(pod, exitCode)
+			if err := c.env.Client.Status().Update(ctx, pod); err != nil {
+				return client.IgnoreNotFound(err)
+			}
 		}
 		return client.IgnoreNotFound(c.env.Client.Delete(ctx, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &pod.UID}))
 	}
-	// Gardener's chart is what runs: a new pod on the node replaces the one its agent ran.
+	// Gardener's chart is what runs: a new pod on the node replaces the one its agent ran, recorded once its agent
+	// started.
 	if c.running != nil && c.running.Chart == GardenerChart && inst.pods[n.Name].UID != pod.UID {
-		inst.pods[n.Name] = pod
 		configMaps, err := c.kubeSystemConfigMaps(ctx)
 		if err != nil {
 			return err
@@ -133,15 +144,21 @@ func (c *Cluster) syncPod(ctx context.Context, inst *installation, n *Node, pod 
 		if c.running.ClientDefaults {
 			run = withClientDefaults(pod)
 		}
-		return n.restart(ctx, c.env, run, configMaps, c.running.Lease)
+		if err := n.restart(ctx, c.env, run, configMaps, c.running.Lease); err != nil {
+			return err
+		}
+		inst.pods[n.Name] = pod
 	}
 	if health.IsPodReady(pod) || !n.runs(pod.UID) {
 		return nil
 	}
-	if ready, _ := n.Ready(ctx); !ready {
+	ready, _ := n.Ready(ctx)
+	if pod.Status.Phase == corev1.PodRunning && !ready {
 		return nil
 	}
-	kubelet.ReportRunning(pod)
-	pod.Status.HostIP, pod.Status.PodIP = n.IP, n.IP // a hostNetwork pod's
+	kubelet.ReportRunning(pod, ready)
+	ip := n.Address() // a hostNetwork pod's
+	pod.Status.HostIP, pod.Status.PodIP = ip, ip
+	pod.Status.HostIPs, pod.Status.PodIPs = []corev1.HostIP{{IP: ip}}, []corev1.PodIP{{IP: ip}}
 	return client.IgnoreNotFound(c.env.Client.Status().Update(ctx, pod))
 }

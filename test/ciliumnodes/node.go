@@ -3,6 +3,7 @@ package ciliumnodes
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/cilium/cilium/api/v1/models"
@@ -145,16 +147,34 @@ func (n *Node) restart(ctx context.Context, env *testenv.Env, pod *corev1.Pod, c
 	return n.startAgent(ctx, env, pod, configMaps, lease)
 }
 
-// stopAgent stops the node's agent if it runs, as kubelet does: SIGTERM, and SIGKILL once ctx ends (the pod's grace
-// period when kubelet stops a deleted pod's containers).
-func (n *Node) stopAgent(ctx context.Context) {
+// stopAgent stops the node's agent if it runs, as kubelet does: SIGTERM, and SIGKILL once ctx ends (the grace period
+// when kubelet stops a deleted pod's containers). It returns the agent's exit code as a container runtime reports it
+// (128 + the signal for a killed process).
+func (n *Node) stopAgent(ctx context.Context) int32 {
 	n.mu.Lock()
 	agent := n.agent
 	n.agent, n.agentPod, n.moved = nil, "", false
 	n.mu.Unlock()
-	if agent != nil {
-		agent.Stop(ctx)
+	if agent == nil {
+		return 0
 	}
+	agent.Stop(ctx)
+	var exit *exec.ExitError
+	switch err := agent.Err(); {
+	case err == nil:
+		return 0
+	case errors.As(err, &exit) && exit.ExitCode() >= 0:
+		return int32(exit.ExitCode())
+	default:
+		return 128 + int32(syscall.SIGKILL)
+	}
+}
+
+// Address is the node's InternalIP, for readers beside the goroutine that moves it.
+func (n *Node) Address() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.IP
 }
 
 // runs says whether the node's agent runs the pod of that UID.

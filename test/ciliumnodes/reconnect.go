@@ -65,15 +65,15 @@ const (
 	// APIServerStopped: the node's kube-apiserver exits (a restart, a crash): its connections are closed and its port
 	// refuses new ones.
 	APIServerStopped Disconnection = "kube-apiserver stopped, node up"
-	// ConnectionReset: the established connection is closed under the agent (a conntrack flush, a middlebox) while
-	// kube-apiserver keeps serving.
+	// ConnectionReset: the established connection is reset under the agent (an RST from a middlebox or a firewall that
+	// dropped the flow) while kube-apiserver keeps serving.
 	ConnectionReset Disconnection = "connection reset, kube-apiserver up"
 )
 
 // Disconnect ends the connection of the worker's agent to its control-plane node's kube-apiserver as how says, and
 // measures, for at most within, until the agent holds a new connection: to another control-plane node when that
 // kube-apiserver stopped (it is started again before Disconnect returns), to any when the connection was reset.
-func (c *Cluster) Disconnect(ctx context.Context, worker string, how Disconnection, within time.Duration) (Reconnect, error) {
+func (c *Cluster) Disconnect(ctx context.Context, worker string, how Disconnection, within time.Duration) (_ Reconnect, err error) {
 	r := Reconnect{Worker: worker}
 	w := c.nodes[worker]
 	if w == nil || w.ControlPlane {
@@ -92,13 +92,17 @@ func (c *Cluster) Disconnect(ctx context.Context, worker string, how Disconnecti
 		if err := from.SwitchAPIServer(false); err != nil {
 			return r, err
 		}
-		defer func() { _ = from.SwitchAPIServer(true) }()
+		defer func() {
+			if on := from.SwitchAPIServer(true); on != nil && err == nil {
+				err = fmt.Errorf("starting %s's kube-apiserver again: %w", from.Name, on)
+			}
+		}()
 	case ConnectionReset:
 		ep, ok := from.sandbox.Endpoint(from.IP + ":443")
 		if !ok {
 			return r, fmt.Errorf("%s serves no kube-apiserver at %s:443", from.Name, from.IP)
 		}
-		ep.CloseConnections()
+		ep.ResetConnections()
 	default:
 		return r, fmt.Errorf("unknown disconnection %q", how)
 	}

@@ -127,9 +127,6 @@ func TestConnectionEndsWithNodeUp(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if how == ciliumnodes.APIServerStopped && r.To == r.From {
-				t.Errorf("the agent on %s is connected to %s, whose kube-apiserver stopped", r.Worker, r.To)
-			}
 			t.Logf("%s (%s): the agent on %s was connected to %s after %s", r.From, how, r.Worker, r.To, r.After.Round(10*time.Millisecond))
 		})
 	}

@@ -28,14 +28,15 @@ const repinBound = 45 * time.Second
 // TestControlPlaneNodesAtNewAddresses: the control-plane nodes change their InternalIPs under running agents, as a DHCP
 // lease that moved or `gardenadm restore` onto nodes at new addresses does. The worker's agent was admitted with the
 // old addresses in its hostAliases, which kubelet wrote into its hosts file when it started.
-//   - The control-plane node the worker's agent is connected to moves: the pod's first address is gone (degraded), the
-//     extension recreates it, and the new agent is connected to a current member.
+//   - The control-plane node of the first address of the worker's pod moves (degraded): the extension recreates the
+//     pod, and the new agent is connected to a current member.
 //   - Every control-plane node moves: no address of the pod is a member (stranded); the extension recreates it at once
 //     and the new agent is connected to a current member, within repinBound.
 //   - The same with re-pinning switched off (--disable-controllers=cilium-repin): the agent stays stranded, on the same
 //     pod, for all of repinBound.
 //
-// Kubernetes' DaemonSet controller and scheduler make the replacements; the harness is the nodes' kubelet.
+// Kubernetes' DaemonSet controller and scheduler make the replacements; the harness is the nodes' kubelet (Envoy's
+// DaemonSet, which cannot run here, is left out).
 func TestControlPlaneNodesAtNewAddresses(t *testing.T) {
 	const worker = "worker-0"
 	ctx := context.Background()
@@ -44,10 +45,14 @@ func TestControlPlaneNodesAtNewAddresses(t *testing.T) {
 	}
 	repinOff := false
 	t.Cleanup(func() { restoreAddresses(t, worker, repinOff) })
-	first := connected(t, worker)
+	connected(t, worker)
 	pod := cluster.AgentPod(worker)
 
 	// The first address of the worker's pod moves.
+	first := cluster.NodeByIP(pod.Spec.HostAliases[0].IP)
+	if first == nil {
+		t.Fatalf("the first hostAlias of %s, %s, is no node's address", pod.Name, pod.Spec.HostAliases[0].IP)
+	}
 	moved := moveNodes(t, map[string]string{first.Name: "10.0.1.20"})
 	pod = repinned(t, worker, pod.UID, moved)
 
@@ -135,25 +140,33 @@ func repinned(t *testing.T, worker string, old types.UID, since time.Time) *core
 }
 
 // restoreAddresses gives the control-plane nodes their fixture addresses back, with re-pinning on, and waits until the
-// worker's agent is connected again, for the tests that follow.
+// worker's agent runs from a pod pinned to them and is connected, for the tests that follow.
 func restoreAddresses(t *testing.T, worker string, restartExtension bool) {
+	ctx := context.Background()
 	to := map[string]string{}
 	for _, n := range fixtures.Nodes() {
 		if node := cluster.Node(n.Name); node != nil && node.IP != n.Status.Addresses[0].Address {
 			to[n.Name] = n.Status.Addresses[0].Address
 		}
 	}
-	pod := cluster.AgentPod(worker)
-	if len(to) == 0 || pod == nil {
-		return
-	}
-	moved := moveNodes(t, to)
+	moveNodes(t, to)
 	if restartExtension {
-		if err := env.RestartExtension(context.Background(), false); err != nil {
+		if err := env.RestartExtension(ctx, false); err != nil {
 			t.Fatal(err)
 		}
 	}
-	repinned(t, worker, pod.UID, moved)
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, repinBound, true, func(context.Context) (bool, error) {
+		pod := cluster.AgentPod(worker)
+		if pod == nil || len(pod.Spec.HostAliases) != len(fixtures.ControlPlaneIPs) || slices.ContainsFunc(pod.Spec.HostAliases, func(a corev1.HostAlias) bool {
+			return !slices.Contains(fixtures.ControlPlaneIPs, a.IP)
+		}) {
+			return false, nil
+		}
+		_, err := cluster.ConnectedTo(worker)
+		return err == nil, nil
+	}); err != nil {
+		t.Errorf("after the control-plane nodes got their addresses back, the agent on %s is not pinned to them and connected: %v, %s", worker, err, peers(worker))
+	}
 }
 
 func peers(name string) string {

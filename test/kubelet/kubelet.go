@@ -89,7 +89,7 @@ func (k *Kubelets) sync(ctx context.Context, pod *corev1.Pod) {
 	if pod.Status.Phase == corev1.PodRunning {
 		return
 	}
-	ReportRunning(pod)
+	ReportRunning(pod, true)
 	_ = k.client.Status().Update(ctx, pod) // a conflict or a pod gone meanwhile: the next round sees it anew
 }
 
@@ -116,20 +116,52 @@ func ReportReady(status *corev1.NodeStatus) {
 	}}
 }
 
-// ReportRunning sets the status a kubelet reports for pod once its containers started and its readiness probes passed.
-func ReportRunning(pod *corev1.Pod) {
+// ReportRunning sets the status a kubelet reports for pod once its containers started, and ready once their readiness
+// probes passed.
+func ReportRunning(pod *corev1.Pod, ready bool) {
 	now := metav1.Now()
 	pod.Status.Phase = corev1.PodRunning
-	pod.Status.StartTime = &now
-	pod.Status.Conditions = nil
-	for _, t := range []corev1.PodConditionType{corev1.PodScheduled, corev1.PodInitialized, corev1.ContainersReady, corev1.PodReady} {
-		pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: t, Status: corev1.ConditionTrue, LastTransitionTime: now})
+	if pod.Status.StartTime == nil {
+		pod.Status.StartTime = &now
+	}
+	readiness := corev1.ConditionFalse
+	if ready {
+		readiness = corev1.ConditionTrue
+	}
+	pod.Status.Conditions = []corev1.PodCondition{
+		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		{Type: corev1.ContainersReady, Status: readiness, LastTransitionTime: now},
+		{Type: corev1.PodReady, Status: readiness, LastTransitionTime: now},
 	}
 	pod.Status.ContainerStatuses = nil
 	for _, c := range pod.Spec.Containers {
 		pod.Status.ContainerStatuses = append(pod.Status.ContainerStatuses, corev1.ContainerStatus{
-			Name: c.Name, Image: c.Image, Ready: true, Started: new(true),
+			Name: c.Name, Image: c.Image, Ready: ready, Started: new(true),
 			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
+		})
+	}
+}
+
+// ReportTerminated sets the status a kubelet reports for a deleted pod once its containers stopped: a terminal phase
+// whatever the restart policy, Succeeded when every container exited 0 (pkg/kubelet/kubelet_pods.go getPhase with
+// podIsTerminal).
+func ReportTerminated(pod *corev1.Pod, exitCode int32) {
+	now := metav1.Now()
+	pod.Status.Phase = corev1.PodFailed
+	if exitCode == 0 {
+		pod.Status.Phase = corev1.PodSucceeded
+	}
+	for i := range pod.Status.Conditions {
+		if t := pod.Status.Conditions[i].Type; t == corev1.ContainersReady || t == corev1.PodReady {
+			pod.Status.Conditions[i].Status, pod.Status.Conditions[i].LastTransitionTime = corev1.ConditionFalse, now
+		}
+	}
+	pod.Status.ContainerStatuses = nil
+	for _, c := range pod.Spec.Containers {
+		pod.Status.ContainerStatuses = append(pod.Status.ContainerStatuses, corev1.ContainerStatus{
+			Name: c.Name, Image: c.Image, Started: new(false),
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: exitCode, FinishedAt: now}},
 		})
 	}
 }

@@ -189,11 +189,16 @@ func (e *Endpoint) Stop() {
 	e.closeConnections()
 }
 
-// CloseConnections closes every connection the endpoint accepted and keeps listening: established connections reset
-// under their clients (a conntrack flush, a middlebox) while the server keeps serving.
-func (e *Endpoint) CloseConnections() {
+// ResetConnections resets every connection the endpoint accepted (an RST, as a middlebox or a firewall that dropped
+// the flow sends) and keeps listening.
+func (e *Endpoint) ResetConnections() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	for _, c := range e.conns {
+		if tcp, ok := c.(*net.TCPConn); ok {
+			_ = tcp.SetLinger(0) // Close sends an RST instead of a FIN
+		}
+	}
 	e.closeConnections()
 }
 

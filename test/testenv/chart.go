@@ -27,7 +27,8 @@ const extensionKubeconfig = "extension-kubeconfig"
 // InstallChart installs the extension's chart as gardenlet and gardenadm do on the self-hosted shoot: rendered with
 // their values for the shoot of CreateSelfHostedShoot by Gardener's chart renderer, stored as the ManagedResource
 // kube-system/<registration name> of class seed, applied by Gardener's resource manager. The chart's DaemonSet stays
-// without pods (envtest runs no controllers); RunExtension runs the extension as that DaemonSet's pod would. It writes
+// without pods unless a suite runs the DaemonSet controller and creates the PriorityClass its pods need, as
+// test/integration/rollout does; RunExtension runs the extension as that DaemonSet's pod would. It writes
 // a kubeconfig that impersonates the chart's ServiceAccount and returns its path: the extension run with it may do
 // exactly what the chart grants.
 func (e *Env) InstallChart(ctx context.Context) (string, error) {
