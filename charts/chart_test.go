@@ -26,6 +26,7 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/helm"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/webhook/apiserveraccess"
 )
 
 const namespace = "extension-cilium-selfhosted"
@@ -192,8 +193,8 @@ func TestAdmissionPoliciesKeepCiliumPinned(t *testing.T) {
 	objs := render(t, selfHostedValues(t, fixtures.Shoot(true)))
 	policies := find[*admissionregistrationv1.ValidatingAdmissionPolicy](objs)
 	bindings := find[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](objs)
-	if len(policies) != 5 || len(bindings) != 5 {
-		t.Fatalf("%d policies, %d bindings, want 5 each (two keep Cilium pinned, three confine the extension's writes)", len(policies), len(bindings))
+	if len(policies) != 6 || len(bindings) != 6 {
+		t.Fatalf("%d policies, %d bindings, want 6 each (two keep Cilium pinned, four confine the extension's writes)", len(policies), len(bindings))
 	}
 	var text strings.Builder
 	for i, p := range policies {
@@ -223,6 +224,30 @@ func TestAdmissionPoliciesKeepCiliumPinned(t *testing.T) {
 	for _, name := range append([]string{"'" + apiserverendpoints.VolumeName + "'", "'" + cilium.ConfigMapName + "'"}, cilium.APIServerFlags...) {
 		if !strings.Contains(text.String(), name) {
 			t.Errorf("the policies do not name %s:\n%s", name, text.String())
+		}
+	}
+}
+
+// TestWebhookConfigurationPolicyNamesTheWebhooks: the policy that confines the extension's webhook configuration
+// allows the webhooks the extension registers, under the names Gardener's webhook framework gives them.
+func TestWebhookConfigurationPolicyNamesTheWebhooks(t *testing.T) {
+	var policy *admissionregistrationv1.ValidatingAdmissionPolicy
+	for _, p := range find[*admissionregistrationv1.ValidatingAdmissionPolicy](render(t, selfHostedValues(t, fixtures.Shoot(true)))) {
+		if strings.HasSuffix(p.Name, "-confine-webhook-configuration") {
+			policy = p
+		}
+	}
+	if policy == nil {
+		t.Fatal("no policy confines the extension's webhook configuration")
+	}
+	var text strings.Builder
+	for _, v := range policy.Spec.Variables {
+		text.WriteString(v.Expression + "\n")
+	}
+	// Gardener's extensions/pkg/webhook/registration.go names a webhook <name>.<extension>.extensions.gardener.cloud.
+	for _, name := range append(slices.Clone(apiserveraccess.WebhookNames), ".cilium-selfhosted.extensions.gardener.cloud") {
+		if !strings.Contains(text.String(), "'"+name+"'") {
+			t.Errorf("the policy does not name %s:\n%s", name, text.String())
 		}
 	}
 }

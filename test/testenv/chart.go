@@ -31,11 +31,18 @@ const extensionKubeconfig = "extension-kubeconfig"
 // test/integration/rollout does; RunExtension runs the extension as that DaemonSet's pod would. It writes
 // a kubeconfig that impersonates the chart's ServiceAccount and returns its path: the extension run with it may do
 // exactly what the chart grants.
-func (e *Env) InstallChart(ctx context.Context) (string, error) {
+func (e *Env) InstallChart(ctx context.Context, webhookURL string) (string, error) {
 	if e.shoot == nil {
 		return "", fmt.Errorf("no self-hosted shoot created yet")
 	}
-	rendered, err := RenderChart(e.shoot)
+	values, err := ChartValues(e.shoot)
+	if err != nil {
+		return "", err
+	}
+	// envtest's kube-apiserver cannot route to a Service: it reaches the webhook server at a URL, which the chart then
+	// names in place of its Service.
+	values["webhookConfig"] = map[string]any{"url": webhookURL}
+	rendered, err := renderChart(values)
 	if err != nil {
 		return "", err
 	}
@@ -153,6 +160,10 @@ func RenderChart(shoot *gardencorev1beta1.Shoot) (*chartrenderer.RenderedChart, 
 	if err != nil {
 		return nil, err
 	}
+	return renderChart(values)
+}
+
+func renderChart(values map[string]any) (*chartrenderer.RenderedChart, error) {
 	renderer := chartrenderer.NewWithServerVersion(&version.Info{GitVersion: "v1.36.3", Major: "1", Minor: "36"})
 	return renderer.RenderEmbeddedFS(charts.FS, charts.ChartPath, RegistrationName, ExtensionNamespace, values)
 }

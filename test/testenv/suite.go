@@ -101,7 +101,11 @@ func runSuite(m *testing.M, shoot *gardencorev1beta1.Shoot, opts Options, setup 
 // flags, as the chart's ServiceAccount (impersonated, with exactly the chart's RBAC), and waits until it has
 // registered its webhooks. The caller stops Extension.
 func (e *Env) RunExtension(ctx context.Context, binary string) error {
-	kubeconfig, err := e.InstallChart(ctx)
+	port, err := FreePort()
+	if err != nil {
+		return err
+	}
+	kubeconfig, err := e.InstallChart(ctx, webhookURL(port))
 	if err != nil {
 		return err
 	}
@@ -109,10 +113,6 @@ func (e *Env) RunExtension(ctx context.Context, binary string) error {
 		if binary, err = BuildExtension(e.Dir); err != nil {
 			return err
 		}
-	}
-	port, err := FreePort()
-	if err != nil {
-		return err
 	}
 	e.extensionCommand = append([]string{binary}, e.ExtensionFlags(kubeconfig, ExtensionNamespace, port)...)
 	if e.Extension, err = e.StartExtension(binary, e.extensionCommand[1:]); err != nil {

@@ -311,7 +311,7 @@ func (e *Env) ExtensionFlags(kubeconfig, namespace string, webhookPort int) []st
 		"--kubeconfig=" + kubeconfig,
 		"--self-hosted-shoot-cluster=true",
 		"--webhook-config-mode=url",
-		"--webhook-config-url=127.0.0.1:" + strconv.Itoa(webhookPort),
+		"--webhook-config-url=" + webhookURL(webhookPort),
 		"--webhook-config-namespace=" + namespace,
 		"--webhook-config-server-host=127.0.0.1",
 		"--webhook-config-server-port=" + strconv.Itoa(webhookPort),
@@ -326,6 +326,10 @@ func (e *Env) ExtensionFlags(kubeconfig, namespace string, webhookPort int) []st
 		"--endpoint-probe-interval=0",
 	}
 }
+
+// webhookURL is where kube-apiserver reaches the extension's webhook server in the suites: on loopback, not through a
+// Service.
+func webhookURL(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
 
 // WaitFor polls cond every 100ms until it returns true or timeout passes. An error from cond does not end the wait
 // (kube-apiserver may be restarting); the last one is reported with the timeout.

@@ -2,6 +2,8 @@ package apiserveraccess_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -74,6 +76,65 @@ func TestExtensionWritesOnlyWhatItOwns(t *testing.T) {
 		if err := asExtension.Patch(ctx, own, client.RawPatch(types.MergePatchType, []byte(`{}`))); err != nil {
 			t.Errorf("patching its own %T: %v", own, err)
 		}
+	}
+}
+
+// TestExtensionWritesOnlyItsOwnWebhooks: with the extension's own identity, its MutatingWebhookConfiguration (which
+// RBAC lets it patch by name) can take only the webhooks the extension writes: one on Secrets, one that calls another
+// server, one for every namespace, one that fails closed, one under another name and one with match conditions of
+// its own are refused by the chart's policy. Rotating the CA bundle, as the extension does, passes.
+func TestExtensionWritesOnlyItsOwnWebhooks(t *testing.T) {
+	ctx := context.Background()
+	asExtension, err := env.ExtensionClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// write changes the first webhook of the configuration as it is now and sends the update as the extension.
+	write := func(change func(*admissionregistrationv1.MutatingWebhookConfiguration, *admissionregistrationv1.MutatingWebhook)) error {
+		mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: testenv.WebhookConfigName}, mwc); err != nil {
+			return err
+		}
+		if len(mwc.Webhooks) == 0 {
+			return fmt.Errorf("%s has no webhooks", mwc.Name)
+		}
+		change(mwc, &mwc.Webhooks[0])
+		return asExtension.Update(ctx, mwc)
+	}
+	for what, change := range map[string]func(*admissionregistrationv1.MutatingWebhookConfiguration, *admissionregistrationv1.MutatingWebhook){
+		"a webhook on Secrets": func(_ *admissionregistrationv1.MutatingWebhookConfiguration, w *admissionregistrationv1.MutatingWebhook) {
+			w.Rules[0].Resources = []string{"secrets"}
+		},
+		"a webhook on every kind of the core group": func(_ *admissionregistrationv1.MutatingWebhookConfiguration, w *admissionregistrationv1.MutatingWebhook) {
+			w.Rules[0].Resources = []string{"*"}
+		},
+		"a webhook calling another server": func(_ *admissionregistrationv1.MutatingWebhookConfiguration, w *admissionregistrationv1.MutatingWebhook) {
+			w.ClientConfig.URL = new("https://attacker.example.com/" + strings.Split(w.Name, ".")[0])
+		},
+		"a webhook in every namespace": func(_ *admissionregistrationv1.MutatingWebhookConfiguration, w *admissionregistrationv1.MutatingWebhook) {
+			w.NamespaceSelector = &metav1.LabelSelector{}
+		},
+		"a webhook that fails closed": func(_ *admissionregistrationv1.MutatingWebhookConfiguration, w *admissionregistrationv1.MutatingWebhook) {
+			w.FailurePolicy = new(admissionregistrationv1.Fail)
+		},
+		"a webhook with match conditions": func(_ *admissionregistrationv1.MutatingWebhookConfiguration, w *admissionregistrationv1.MutatingWebhook) {
+			w.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "all", Expression: "true"}}
+		},
+		"another webhook": func(mwc *admissionregistrationv1.MutatingWebhookConfiguration, w *admissionregistrationv1.MutatingWebhook) {
+			other := w.DeepCopy()
+			other.Name = "steal.example.com"
+			mwc.Webhooks = append(mwc.Webhooks, *other)
+		},
+	} {
+		err := write(change)
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "may write into its webhook configuration only its own webhooks") {
+			t.Errorf("%s as the extension: %v, want a refusal by the chart's policy", what, err)
+		}
+	}
+	if err := write(func(_ *admissionregistrationv1.MutatingWebhookConfiguration, w *admissionregistrationv1.MutatingWebhook) {
+		w.ClientConfig.CABundle = append(slices.Clone(w.ClientConfig.CABundle), '\n')
+	}); err != nil {
+		t.Errorf("rotating the CA bundle as the extension: %v", err)
 	}
 }
 
