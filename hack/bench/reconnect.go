@@ -102,7 +102,10 @@ func agentRepins(r *report, runs int) error {
 		}
 		var after []time.Duration
 		for i := range runs {
-			pod := cluster.AgentPod("worker-0")
+			pod, err := cluster.RunningPod(ctx, "worker-0", 3*time.Minute)
+			if err != nil {
+				return err
+			}
 			moved, err := moveAll(i)
 			if err != nil {
 				return err
@@ -121,7 +124,10 @@ func agentRepins(r *report, runs int) error {
 		if err := env.RestartExtension(ctx, false, "--disable-controllers=cilium-repin"); err != nil {
 			return err
 		}
-		pod := cluster.AgentPod("worker-0")
+		pod, err := cluster.RunningPod(ctx, "worker-0", 3*time.Minute)
+		if err != nil {
+			return err
+		}
 		moved, err := moveAll(runs)
 		if err != nil {
 			return err

@@ -129,13 +129,21 @@ func (c *Cluster) install(ctx context.Context, chart Chart) (*installation, erro
 	}
 	for _, n := range c.Nodes() {
 		pod := ciliumchart.DaemonSetPod(inst.agent, n.Name)
-		if err := c.env.Client.Create(ctx, pod, client.DryRunAll); err != nil {
+		if err := c.admit(ctx, pod); err != nil {
 			return nil, err
 		}
-		pod.UID = "" // kube-apiserver fills it in for a dry run too, but no such pod exists to bind a token to
 		inst.pods[n.Name] = pod
 	}
 	return inst, nil
+}
+
+// admit sends pod through admission as a dry run and leaves it as admitted.
+func (c *Cluster) admit(ctx context.Context, pod *corev1.Pod) error {
+	if err := c.env.Client.Create(ctx, pod, client.DryRunAll); err != nil {
+		return err
+	}
+	pod.UID = "" // kube-apiserver fills it in for a dry run too, but no such pod exists to bind a token to
+	return nil
 }
 
 // dryRun sends obj through admission without storing it: a create, or an update of the stored object of that name.

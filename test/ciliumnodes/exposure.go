@@ -66,10 +66,11 @@ func (c *Cluster) Expose(ctx context.Context) (*extensionsv1alpha1.SelfHostedSho
 }
 
 // startOperator runs the operator container of Gardener's admitted operator pod on OperatorNode, with the stored
-// ConfigMaps.
+// ConfigMaps. The pod is admitted as a dry run: stored, kube-scheduler would bind it to whatever node it picks, where
+// no kubelet would ever report it ready.
 func (c *Cluster) startOperator(ctx context.Context) error {
 	pod := ciliumchart.DeploymentPod(c.installed[GardenerChart].operator)
-	if err := c.env.Client.Create(ctx, pod); err != nil {
+	if err := c.admit(ctx, pod); err != nil {
 		return err
 	}
 	configMaps, err := c.kubeSystemConfigMaps(ctx)

@@ -109,7 +109,7 @@ func (c *Cluster) syncPods(ctx context.Context) {
 			continue
 		}
 		if err := c.syncPod(ctx, inst, n, pod); err != nil {
-			fmt.Printf("kubelet of %s: pod %s: %v\n", n.Name, pod.Name, err)
+			logf("kubelet of %s: pod %s: %v", n.Name, pod.Name, err)
 		}
 	}
 }
@@ -131,6 +131,7 @@ func (c *Cluster) syncPod(ctx context.Context, inst *installation, n *Node, pod 
 				return client.IgnoreNotFound(err)
 			}
 		}
+		logf("kubelet of %s: pod %s deleted, its agent exited with %d", n.Name, pod.Name, exitCode)
 		return client.IgnoreNotFound(c.env.Client.Delete(ctx, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &pod.UID}))
 	}
 	// Gardener's chart is what runs: a new pod on the node replaces the one its agent ran, recorded once its agent
@@ -147,6 +148,7 @@ func (c *Cluster) syncPod(ctx context.Context, inst *installation, n *Node, pod 
 		if err := n.restart(ctx, c.env, run, configMaps, c.running.Lease); err != nil {
 			return err
 		}
+		logf("kubelet of %s: the agent runs from pod %s (was %s)", n.Name, pod.Name, inst.pods[n.Name].Name)
 		inst.pods[n.Name] = pod
 	}
 	if health.IsPodReady(pod) || !n.runs(pod.UID) {
@@ -161,4 +163,42 @@ func (c *Cluster) syncPod(ctx context.Context, inst *installation, n *Node, pod 
 	pod.Status.HostIP, pod.Status.PodIP = ip, ip
 	pod.Status.HostIPs, pod.Status.PodIPs = []corev1.HostIP{{IP: ip}}, []corev1.PodIP{{IP: ip}}
 	return client.IgnoreNotFound(c.env.Client.Status().Update(ctx, pod))
+}
+
+// logf writes what the nodes' kubelet did to the output of the test that runs, which a failing test shows.
+func logf(format string, args ...any) {
+	fmt.Printf(time.Now().Format("15:04:05.000")+" "+format+"\n", args...)
+}
+
+// RunningPod waits, for at most within, until the agent on the node of that name runs from the node's pod of the
+// agent DaemonSet (the one not terminating) and that pod is Ready, and returns the pod: what the node runs once the
+// DaemonSet controller and the kubelet have caught up.
+func (c *Cluster) RunningPod(ctx context.Context, name string, within time.Duration) (*corev1.Pod, error) {
+	n := c.nodes[name]
+	if n == nil {
+		return nil, fmt.Errorf("no node %s", name)
+	}
+	var pod *corev1.Pod
+	last := "none"
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, within, true, func(ctx context.Context) (bool, error) {
+		c.mu.Lock()
+		inst := c.installed[GardenerChart]
+		c.mu.Unlock()
+		if inst == nil {
+			return false, nil
+		}
+		pods, err := c.daemonSetPods(ctx, inst)
+		if err != nil {
+			return false, nil
+		}
+		if pod = pods[name]; pod == nil {
+			return false, nil
+		}
+		last = pod.Name
+		return pod.DeletionTimestamp == nil && n.runs(pod.UID) && health.IsPodReady(pod), nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("the agent on %s does not run from its DaemonSet's pod %s: %w", name, last, err)
+	}
+	return pod, nil
 }

@@ -158,7 +158,18 @@ func (n *Node) stopAgent(ctx context.Context) int32 {
 	if agent == nil {
 		return 0
 	}
+	// SIGKILL goes to the whole container, as a runtime kills the container's cgroup: the agent's children (clang
+	// compiling its BPF programs) would otherwise keep its output open, and the stop waiting, until they finish.
+	stopped := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			_ = os.WriteFile(filepath.Join(n.cgroup, "cgroup.kill"), []byte("1"), 0o644)
+		case <-stopped:
+		}
+	}()
 	agent.Stop(ctx)
+	close(stopped)
 	var exit *exec.ExitError
 	switch err := agent.Err(); {
 	case err == nil:

@@ -28,7 +28,7 @@ func (c *Cluster) BlackHole(ctx context.Context, worker string, death Death, wit
 	if w == nil || w.ControlPlane {
 		return r, fmt.Errorf("%s is no worker of the cluster", worker)
 	}
-	dead, err := c.apiServerOf(w)
+	dead, err := c.waitForOneAPIServer(ctx, w, within)
 	if err != nil {
 		return r, err
 	}
@@ -79,7 +79,7 @@ func (c *Cluster) Disconnect(ctx context.Context, worker string, how Disconnecti
 	if w == nil || w.ControlPlane {
 		return r, fmt.Errorf("%s is no worker of the cluster", worker)
 	}
-	from, err := c.apiServerOf(w)
+	from, err := c.waitForOneAPIServer(ctx, w, within)
 	if err != nil {
 		return r, err
 	}
@@ -130,6 +130,20 @@ func (c *Cluster) acceptedFrom(ip string) int {
 		}
 	}
 	return count
+}
+
+// waitForOneAPIServer waits, for at most within, until the agent on w holds one connection to a control-plane node's
+// kube-apiserver (a connection it replaced may linger a moment), and returns that node.
+func (c *Cluster) waitForOneAPIServer(ctx context.Context, w *Node, within time.Duration) (*Node, error) {
+	var n *Node
+	var last error
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, within, true, func(context.Context) (bool, error) {
+		n, last = c.apiServerOf(w)
+		return last == nil, nil
+	}); err != nil {
+		return nil, fmt.Errorf("%w: %w", last, err)
+	}
+	return n, nil
 }
 
 // apiServerOf is the control-plane node whose kube-apiserver the agent on w is connected to, by its sockets.

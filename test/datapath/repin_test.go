@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/gardener/gardener/pkg/utils/kubernetes/health"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/repin"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumnodes"
@@ -45,14 +49,18 @@ func TestControlPlaneNodesAtNewAddresses(t *testing.T) {
 	}
 	repinOff := false
 	t.Cleanup(func() { restoreAddresses(t, worker, repinOff) })
+	pod, err := cluster.RunningPod(ctx, worker, repinBound)
+	if err != nil {
+		t.Fatal(err)
+	}
 	connected(t, worker)
-	pod := cluster.AgentPod(worker)
 
 	// The first address of the worker's pod moves.
 	first := cluster.NodeByIP(pod.Spec.HostAliases[0].IP)
 	if first == nil {
 		t.Fatalf("the first hostAlias of %s, %s, is no node's address", pod.Name, pod.Spec.HostAliases[0].IP)
 	}
+	t.Logf("%s, the first address of %s (hostAliases %v), moves", first.Name, pod.Name, pod.Spec.HostAliases)
 	moved := moveNodes(t, map[string]string{first.Name: "10.0.1.20"})
 	pod = repinned(t, worker, pod.UID, moved)
 
@@ -75,7 +83,7 @@ func TestControlPlaneNodesAtNewAddresses(t *testing.T) {
 		t.Fatal(err)
 	}
 	moved = moveNodes(t, map[string]string{"cp-0": "10.0.1.40", "cp-1": "10.0.1.41", "cp-2": "10.0.1.42"})
-	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, repinBound, true, func(context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, repinBound, true, func(context.Context) (bool, error) {
 		_, err := cluster.ConnectedTo(worker)
 		return err == nil || cluster.AgentPod(worker).UID != pod.UID, nil
 	})
@@ -87,18 +95,15 @@ func TestControlPlaneNodesAtNewAddresses(t *testing.T) {
 		worker, time.Since(moved).Round(time.Second), pod.Name, pod.Spec.HostAliases, peers(worker))
 }
 
-// connected waits until the worker's agent is connected to a control-plane node, and returns it.
-func connected(t *testing.T, worker string) *ciliumnodes.Node {
+// connected waits until the worker's agent is connected to a control-plane node.
+func connected(t *testing.T, worker string) {
 	t.Helper()
-	var to *ciliumnodes.Node
 	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, repinBound, true, func(context.Context) (bool, error) {
-		var err error
-		to, err = cluster.ConnectedTo(worker)
+		_, err := cluster.ConnectedTo(worker)
 		return err == nil, nil
 	}); err != nil {
 		t.Fatalf("the agent on %s is connected to no control-plane node: %v: %v", worker, peers(worker), err)
 	}
-	return to
 }
 
 // moveNodes moves the nodes (name → new address) one after the other, and returns when the last one had moved.
@@ -118,7 +123,7 @@ func repinned(t *testing.T, worker string, old types.UID, since time.Time) *core
 	t.Helper()
 	r, err := cluster.WaitForRepin(context.Background(), worker, old, since, repinBound)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v\n%s", err, ciliumPods())
 	}
 	var aliases, members []string
 	for _, a := range r.Pod.Spec.HostAliases {
@@ -167,6 +172,31 @@ func restoreAddresses(t *testing.T, worker string, restartExtension bool) {
 	}); err != nil {
 		t.Errorf("after the control-plane nodes got their addresses back, the agent on %s is not pinned to them and connected: %v, %s", worker, err, peers(worker))
 	}
+}
+
+// ciliumPods lists Cilium's pods as the re-pinning controller judges them, for a failing test.
+func ciliumPods() string {
+	ctx := context.Background()
+	nodes, pods := &corev1.NodeList{}, &corev1.PodList{}
+	if err := env.Client.List(ctx, nodes); err != nil {
+		return err.Error()
+	}
+	if err := env.Client.List(ctx, pods, client.InNamespace(cilium.Namespace)); err != nil {
+		return err.Error()
+	}
+	members := apiserverendpoints.FromNodes(nodes.Items)
+	var out strings.Builder
+	fmt.Fprintf(&out, "control-plane members %v; Cilium's pods:\n", members.Addresses)
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if !cilium.IsWorkload(p.Labels) {
+			continue
+		}
+		fmt.Fprintf(&out, "  %s on %q: %s, ready %v, age %s, deleting %v, %s\n", p.Name, p.Spec.NodeName, p.Status.Phase, health.IsPodReady(p),
+			time.Since(p.CreationTimestamp.Time).Round(time.Second), p.DeletionTimestamp != nil,
+			repin.Classify(p, members, apiserverendpoints.ControlPlaneNodes(nodes.Items)))
+	}
+	return out.String()
 }
 
 func peers(name string) string {

@@ -8,11 +8,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/tools/leaderelection"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/network"
@@ -51,6 +54,9 @@ var specialRanges = []struct {
 	{netip.MustParsePrefix("240.0.0.0/4"), "the reserved range 240.0.0.0/4 (with the broadcast address)"},
 	{netip.MustParsePrefix("::/128"), "the unspecified address ::"},
 	{netip.MustParsePrefix("::1/128"), "the loopback address ::1"},
+	{netip.MustParsePrefix("::ffff:0:0/96"), "the IPv4-mapped range ::ffff:0:0/96, which names IPv4 addresses"},
+	{netip.MustParsePrefix("64:ff9b::/96"), "the NAT64 range 64:ff9b::/96, which translators route to IPv4"},
+	{netip.MustParsePrefix("64:ff9b:1::/48"), "the local-use NAT64 range 64:ff9b:1::/48, which translators route to IPv4"},
 	{netip.MustParsePrefix("fe80::/10"), "the link-local range fe80::/10"},
 	{netip.MustParsePrefix("ff00::/8"), "the multicast range ff00::/8"},
 }
@@ -86,6 +92,14 @@ func ValidateExposureConfig(cfg *exposure.ExposureConfig, env Environment, fldPa
 		}
 	}
 	allErrs = append(allErrs, validatePoolPlacement(cfg, pool, env, fldPath)...)
+	if cfg.BGP != nil {
+		for i, peer := range cfg.BGP.Peers {
+			if addr, err := netip.ParseAddr(peer.Address); err == nil && pool.Contains(addr.Unmap()) {
+				allErrs = append(allErrs, field.Invalid(fldPath.Child("bgp", "peers").Index(i).Child("address"), peer.Address,
+					"is in the pool of VIPs: the peer would be told to route its own address to the nodes"))
+			}
+		}
+	}
 
 	seen := sets.New[network.Family]()
 	for i, ip := range cfg.LoadBalancerIPs {
@@ -185,26 +199,54 @@ func validateL2(l2 *exposure.L2, fldPath *field.Path) field.ErrorList {
 	if l2.NodeSelector != nil {
 		allErrs = append(allErrs, metav1validation.ValidateLabelSelector(l2.NodeSelector, metav1validation.LabelSelectorValidationOptions{}, fldPath.Child("nodeSelector"))...)
 	}
-	if l2.LeaseDuration != nil && l2.LeaseDuration.Duration <= 0 {
-		allErrs = append(allErrs, field.Invalid(fldPath.Child("leaseDuration"), l2.LeaseDuration.Duration.String(), "must be positive"))
+	for _, t := range []struct {
+		name  string
+		value *metav1.Duration
+		least time.Duration
+	}{
+		{"leaseDuration", l2.LeaseDuration, time.Second},
+		{"leaseRenewDeadline", l2.LeaseRenewDeadline, minLeaseRetryPeriod},
+		{"leaseRetryPeriod", l2.LeaseRetryPeriod, minLeaseRetryPeriod},
+	} {
+		switch {
+		case t.value == nil:
+		case t.value.Duration < t.least:
+			allErrs = append(allErrs, field.Invalid(fldPath.Child(t.name), t.value.Duration.String(), fmt.Sprintf("must be at least %s: each agent retries its lease that often", t.least)))
+		case t.value.Duration > maxLeaseTiming:
+			allErrs = append(allErrs, field.Invalid(fldPath.Child(t.name), t.value.Duration.String(), fmt.Sprintf("must be at most %s: the VIP stays unannounced that long after its node dies", maxLeaseTiming)))
+		}
 	}
-	if l2.LeaseRenewDeadline != nil && l2.LeaseRenewDeadline.Duration <= 0 {
-		allErrs = append(allErrs, field.Invalid(fldPath.Child("leaseRenewDeadline"), l2.LeaseRenewDeadline.Duration.String(), "must be positive"))
+	// The lease records its duration in whole seconds (coordination/v1 leaseDurationSeconds), and the other agents
+	// expire the holder by that value, not by the holder's own setting.
+	if l2.LeaseDuration != nil && l2.LeaseDuration.Duration%time.Second != 0 {
+		allErrs = append(allErrs, field.Invalid(fldPath.Child("leaseDuration"), l2.LeaseDuration.Duration.String(), "must be whole seconds: the lease records it as leaseDurationSeconds"))
 	}
-	if l2.LeaseRetryPeriod != nil && l2.LeaseRetryPeriod.Duration <= 0 {
-		allErrs = append(allErrs, field.Invalid(fldPath.Child("leaseRetryPeriod"), l2.LeaseRetryPeriod.Duration.String(), "must be positive"))
-	}
-	// client-go leader election, which Cilium's L2 announcer uses, demands duration > renew deadline > retry period.
+	// Cilium's L2 announcer elects with client-go's leader election, which refuses a renew deadline not longer than
+	// the lease duration or than the jittered retry period (k8s.io/client-go/tools/leaderelection/leaderelection.go,
+	// NewLeaderElector).
 	if l2.LeaseDuration != nil && l2.LeaseRenewDeadline != nil && l2.LeaseRenewDeadline.Duration >= l2.LeaseDuration.Duration {
 		allErrs = append(allErrs, field.Invalid(fldPath.Child("leaseRenewDeadline"), l2.LeaseRenewDeadline.Duration.String(), "must be shorter than leaseDuration"))
 	}
-	if l2.LeaseRenewDeadline != nil && l2.LeaseRetryPeriod != nil && l2.LeaseRetryPeriod.Duration >= l2.LeaseRenewDeadline.Duration {
-		allErrs = append(allErrs, field.Invalid(fldPath.Child("leaseRetryPeriod"), l2.LeaseRetryPeriod.Duration.String(), "must be shorter than leaseRenewDeadline"))
+	if l2.LeaseRenewDeadline != nil && l2.LeaseRetryPeriod != nil &&
+		l2.LeaseRenewDeadline.Duration <= time.Duration(leaderelection.JitterFactor*float64(l2.LeaseRetryPeriod.Duration)) {
+		allErrs = append(allErrs, field.Invalid(fldPath.Child("leaseRetryPeriod"), l2.LeaseRetryPeriod.Duration.String(),
+			fmt.Sprintf("must be shorter than leaseRenewDeadline / %.1f: leader election retries with up to that jitter", leaderelection.JitterFactor)))
 	}
 	return allErrs
 }
 
+// minLeaseRetryPeriod and maxLeaseTiming bound the L2 lease timings: below, every agent hammers kube-apiserver with
+// lease requests; above, the VIP fails over only after minutes.
+const (
+	minLeaseRetryPeriod = 100 * time.Millisecond
+	maxLeaseTiming      = 5 * time.Minute
+)
+
 const maxASN = 4294967295
+
+// reservedASNs are no AS's number: AS_TRANS stands for a 4-byte ASN towards old speakers (RFC 6793), the last 2-byte
+// and 4-byte numbers are reserved (RFC 7300).
+var reservedASNs = map[int64]string{23456: "AS_TRANS (RFC 6793)", 65535: "reserved (RFC 7300)", maxASN: "reserved (RFC 7300)"}
 
 func validateBGP(bgp *exposure.BGP, reservedLabels []string, fldPath *field.Path) field.ErrorList {
 	allErrs := field.ErrorList{}
@@ -238,6 +280,8 @@ func validateBGP(bgp *exposure.BGP, reservedLabels []string, fldPath *field.Path
 		allErrs = append(allErrs, field.Required(fldPath.Child("localASN"), "BGP needs the nodes' ASN (or clusterConfigName)"))
 	} else if *bgp.LocalASN < 1 || *bgp.LocalASN > maxASN {
 		allErrs = append(allErrs, field.Invalid(fldPath.Child("localASN"), *bgp.LocalASN, "must be between 1 and 4294967295"))
+	} else if what, ok := reservedASNs[int64(*bgp.LocalASN)]; ok {
+		allErrs = append(allErrs, field.Invalid(fldPath.Child("localASN"), *bgp.LocalASN, "is "+what+", no AS's number"))
 	}
 	if len(bgp.Peers) == 0 {
 		allErrs = append(allErrs, field.Required(fldPath.Child("peers"), "BGP needs at least one peer (or clusterConfigName)"))
@@ -258,12 +302,16 @@ func validatePeer(peer exposure.BGPPeer, fldPath *field.Path) field.ErrorList {
 	for _, msg := range validation.IsDNS1123Label(peer.Name) {
 		allErrs = append(allErrs, field.Invalid(fldPath.Child("name"), peer.Name, msg))
 	}
-	if _, err := netip.ParseAddr(peer.Address); err != nil {
+	if addr, err := netip.ParseAddr(peer.Address); err != nil {
 		allErrs = append(allErrs, field.Invalid(fldPath.Child("address"), peer.Address, "not an IP address"))
+	} else if addr = addr.Unmap(); addr.IsUnspecified() || addr.IsLoopback() || addr.IsMulticast() || addr == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
+		allErrs = append(allErrs, field.Invalid(fldPath.Child("address"), peer.Address, "must be a router's unicast address, not an unspecified, loopback, multicast or broadcast one"))
 	}
 	// 0 lets Cilium take the peer's ASN from its OPEN message.
 	if peer.ASN < 0 || peer.ASN > maxASN {
 		allErrs = append(allErrs, field.Invalid(fldPath.Child("asn"), peer.ASN, "must be between 0 (learn from the peer) and 4294967295"))
+	} else if what, ok := reservedASNs[peer.ASN]; ok {
+		allErrs = append(allErrs, field.Invalid(fldPath.Child("asn"), peer.ASN, "is "+what+", no AS's number"))
 	}
 	inRange := func(name string, v *int32, lo, hi int32) {
 		if v != nil && (*v < lo || *v > hi) {
