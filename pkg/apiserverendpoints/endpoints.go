@@ -101,18 +101,26 @@ func URL(host string) string {
 	return "https://" + host + ":" + PortString
 }
 
-// IsControlPlaneNode tells whether a Node runs kube-apiserver. kubelet registers a node of the control-plane pool with
+// IsControlPlaneNode tells whether a Node runs kube-apiserver or is joining to run it, which decides what the node's
+// own Cilium pods get (their own kube-apiserver at localhost). kubelet registers a node of the control-plane pool with
 // the taint node-role.kubernetes.io/control-plane (gardener pkg/component/extensions/operatingsystemconfig
 // operatingsystemconfig.go, kubelet's RegisterWithTaints); gardener-node-agent adds the label of the same key only
 // afterwards (pkg/nodeagent/controller/operatingsystemconfig/reconciler.go). The DaemonSet controller creates a node's
-// Cilium pod as soon as the node is registered, so either one counts.
+// Cilium pod as soon as the node is registered, so either one counts here.
 func IsControlPlaneNode(node *corev1.Node) bool {
-	if _, ok := node.Labels[v1beta1constants.LabelNodeRoleControlPlane]; ok {
-		return true
-	}
-	return slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool {
+	return IsMember(node) || slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool {
 		return t.Key == v1beta1constants.LabelNodeRoleControlPlane
 	})
+}
+
+// IsMember tells whether other nodes' Cilium may trust a Node to serve kube-apiserver: it has the control-plane label.
+// Any kubelet may register its Node with any taint, the control-plane one included (NodeRestriction checks only the
+// labels of a Node being created: k8s.io/kubernetes plugin/pkg/admission/noderestriction/admission.go admitNode),
+// but not with that label, which gardener-node-agent sets and by which Gardener itself selects the control-plane
+// Nodes (pkg/gardenlet/controller/shoot/selfhostedshootexposure/reconciler.go).
+func IsMember(node *corev1.Node) bool {
+	_, ok := node.Labels[v1beta1constants.LabelNodeRoleControlPlane]
+	return ok
 }
 
 // ControlPlaneNodes are the names of the control-plane nodes among nodes.
@@ -141,7 +149,7 @@ type ControlPlane struct {
 func FromNodes(nodes []corev1.Node) ControlPlane {
 	var ready, others []netip.Addr
 	for i := range nodes {
-		if !IsControlPlaneNode(&nodes[i]) {
+		if !IsMember(&nodes[i]) {
 			continue
 		}
 		part := &others

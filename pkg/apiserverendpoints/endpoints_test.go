@@ -49,7 +49,8 @@ func TestFromNodes(t *testing.T) {
 }
 
 // TestJoiningControlPlaneNode: kubelet registers a control-plane node with the taint, gardener-node-agent labels it
-// later; from the taint on it is a control-plane node.
+// later. From the taint on it is a control-plane node (its own Cilium pods reach their own kube-apiserver), but a member
+// that other nodes' Cilium may use only with the label, which a kubelet cannot give itself; the taint it can.
 func TestJoiningControlPlaneNode(t *testing.T) {
 	joining := node("cp-new", false, internal("10.0.0.30"))
 	joining.Spec.Taints = []corev1.Taint{{Key: "node-role.kubernetes.io/control-plane", Effect: corev1.TaintEffectNoSchedule}}
@@ -61,8 +62,12 @@ func TestJoiningControlPlaneNode(t *testing.T) {
 	if IsControlPlaneNode(&other) {
 		t.Error("a worker is taken for a control-plane node")
 	}
+	if IsMember(&joining) || !FromNodes([]corev1.Node{joining, other}).Empty() {
+		t.Errorf("a node with only the control-plane taint is a member: %v", FromNodes([]corev1.Node{joining, other}).URLs())
+	}
+	joining.Labels["node-role.kubernetes.io/control-plane"] = ""
 	if got := FromNodes([]corev1.Node{joining, other}).URLs(); !slices.Equal(got, []string{"https://10.0.0.30:443"}) {
-		t.Errorf("URLs() = %v", got)
+		t.Errorf("URLs() = %v once labelled", got)
 	}
 }
 

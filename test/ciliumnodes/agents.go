@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -152,12 +153,15 @@ func (c *Cluster) dryRun(ctx context.Context, obj client.Object) error {
 	if !apierrors.IsAlreadyExists(err) {
 		return err
 	}
-	current := obj.DeepCopyObject().(client.Object)
-	if err := c.env.Client.Get(ctx, client.ObjectKeyFromObject(obj), current); err != nil {
-		return err
-	}
-	obj.SetResourceVersion(current.GetResourceVersion())
-	return c.env.Client.Update(ctx, obj, client.DryRunAll)
+	// The DaemonSet controller writes the stored object's status meanwhile.
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		current := obj.DeepCopyObject().(client.Object)
+		if err := c.env.Client.Get(ctx, client.ObjectKeyFromObject(obj), current); err != nil {
+			return err
+		}
+		obj.SetResourceVersion(current.GetResourceVersion())
+		return c.env.Client.Update(ctx, obj, client.DryRunAll)
+	})
 }
 
 // storeConfig stores the chart's `cilium-config` through the webhook, as installing that chart does: upstream's

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
@@ -73,12 +74,15 @@ func (e *Env) CreateNode(ctx context.Context, node *corev1.Node) error {
 
 // SetInternalIP makes ip the node's InternalIP, as kubelet reports it.
 func (e *Env) SetInternalIP(ctx context.Context, name, ip string) error {
-	node := &corev1.Node{}
-	if err := e.Client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
-		return err
-	}
-	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}, {Type: corev1.NodeHostName, Address: name}}
-	return e.Client.Status().Update(ctx, node)
+	// Cilium's agents write their Node's conditions meanwhile.
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node := &corev1.Node{}
+		if err := e.Client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+			return err
+		}
+		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}, {Type: corev1.NodeHostName, Address: name}}
+		return e.Client.Status().Update(ctx, node)
+	})
 }
 
 // WaitForExtension waits until the extension has registered its webhooks with a CA bundle and written the endpoints

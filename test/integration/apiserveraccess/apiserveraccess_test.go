@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -383,6 +384,9 @@ func waitForURLs(ctx context.Context, urls string) error {
 // pkg/component/extensions/operatingsystemconfig/operatingsystemconfig.go, kubelet's RegisterWithTaints) and the
 // DaemonSet controller creates its Cilium pod right away; gardener-node-agent labels the node only later
 // (pkg/nodeagent/controller/operatingsystemconfig/reconciler.go). The pod must already talk to its own kube-apiserver.
+// Other nodes' Cilium must not use it before the label: any kubelet may register with that taint (NodeRestriction
+// checks labels only), so a node with the taint alone is in neither the endpoints ConfigMap nor a worker pod's
+// aliases; with the label it is in both.
 func TestJoiningControlPlaneNode(t *testing.T) {
 	ctx := context.Background()
 	rendered := renderWhenMutating(t)
@@ -410,6 +414,24 @@ func TestJoiningControlPlaneNode(t *testing.T) {
 		return e[cilium.EnvAPIServerURLs] == apiserverendpoints.LocalURL, fmt.Errorf("the agent pod got %q", e[cilium.EnvAPIServerURLs])
 	}); err != nil {
 		t.Errorf("the pod on a control-plane node without its label yet does not use its own kube-apiserver: %v", err)
+	}
+	// The webhook has seen the node (above); nothing else may use it yet.
+	if err := waitForURLs(ctx, fixtures.ControlPlaneURLs); err != nil {
+		t.Errorf("the endpoints ConfigMap with a tainted, unlabelled node: %v", err)
+	}
+	worker := ciliumchart.DaemonSetPod(rendered.Agent, "worker-0")
+	if err := env.Client.Create(ctx, worker, client.DryRunAll); err != nil {
+		t.Fatal(err)
+	}
+	if slices.ContainsFunc(worker.Spec.HostAliases, func(a corev1.HostAlias) bool { return a.IP == "10.0.1.14" }) {
+		t.Errorf("a worker's pod got the tainted, unlabelled node in its hostAliases: %v", worker.Spec.HostAliases)
+	}
+	// gardener-node-agent labels it: now it is a member.
+	if err := env.Client.Patch(ctx, joining, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"node-role.kubernetes.io/control-plane":""}}}`))); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitForURLs(ctx, fixtures.ControlPlaneURLs+",https://10.0.1.14:443"); err != nil {
+		t.Errorf("the endpoints ConfigMap once the node is labelled: %v", err)
 	}
 }
 
