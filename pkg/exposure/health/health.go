@@ -111,9 +111,13 @@ func NewRegistry(config *rest.Config, settings Settings, changed func(ctx contex
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Registry{
 		settings: settings,
-		client:   &http.Client{Transport: transport, Timeout: settings.Timeout},
-		changed:  changed,
-		ctx:      ctx, cancel: cancel,
+		client: &http.Client{Transport: transport, Timeout: settings.Timeout,
+			// The transport adds the extension's token to every request, a redirected one too: a redirect is an answer
+			// (not ready), never followed to wherever it points.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+		changed: changed,
+		ctx:     ctx, cancel: cancel,
 		probers: map[string]*prober{},
 		users:   map[string]sets.Set[types.NamespacedName]{},
 		tracked: map[types.NamespacedName][]string{},

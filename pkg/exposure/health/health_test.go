@@ -37,7 +37,9 @@ var (
 // certificate for serverNames signed by the cluster CA, answering per its switch, and only with the token.
 type apiServer struct {
 	*httptest.Server
-	status   atomic.Int32
+	status atomic.Int32
+	// location, when set, is where its answer redirects.
+	location atomic.Pointer[string]
 	requests atomic.Int32
 	// open counts the connections the server holds.
 	open atomic.Int32
@@ -66,6 +68,9 @@ func newAPIServer(t *testing.T, ca *secretsutils.Certificate, serverNames ...str
 		case r.URL.Path != "/readyz":
 			w.WriteHeader(http.StatusNotFound)
 		default:
+			if l := s.location.Load(); l != nil {
+				w.Header().Set("Location", *l)
+			}
 			w.WriteHeader(int(s.status.Load()))
 			_, _ = w.Write([]byte("[-]etcd failed: reason withheld\n"))
 		}
@@ -223,6 +228,25 @@ func TestProbesVerifyAndAuthenticate(t *testing.T) {
 	waitFor(t, "a probe without the token fails", func() bool { return !unauthenticated.State(good.address()).Ready })
 	if reason := unauthenticated.State(good.address()).Reason; !strings.Contains(reason, "401") {
 		t.Errorf("reason %q, want 401", reason)
+	}
+}
+
+// TestProbesFollowNoRedirect: a kube-apiserver (or whatever answers at its address) that redirects the probe is not
+// ready, and the redirect's target never gets the request, which would carry the extension's token.
+func TestProbesFollowNoRedirect(t *testing.T) {
+	ca := newCA(t)
+	target := newAPIServer(t, ca, apiserverendpoints.ServerName)
+	redirecting := newAPIServer(t, ca, apiserverendpoints.ServerName)
+	redirecting.status.Store(http.StatusFound)
+	redirecting.location.Store(new("https://" + target.address() + "/readyz"))
+	r := newRegistry(t, ca, &changes{})
+	r.Track(expA, []string{redirecting.address()})
+	waitFor(t, "the redirecting endpoint is out", func() bool { return !r.State(redirecting.address()).Ready })
+	if reason := r.State(redirecting.address()).Reason; !strings.Contains(reason, "302") {
+		t.Errorf("reason %q, want the redirect's 302", reason)
+	}
+	if n := target.requests.Load(); n > 0 {
+		t.Errorf("the redirect's target got %d requests", n)
 	}
 }
 
