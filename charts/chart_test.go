@@ -252,6 +252,34 @@ func TestWebhookConfigurationPolicyNamesTheWebhooks(t *testing.T) {
 	}
 }
 
+// TestExposuresWrittenOnlyInKubeSystem: a self-hosted shoot's SelfHostedShootExposure lives in kube-system; the
+// extension may read exposures everywhere but write them (finalizer, annotation, status) only there.
+func TestExposuresWrittenOnlyInKubeSystem(t *testing.T) {
+	objs := render(t, selfHostedValues(t, fixtures.Shoot(true)))
+	for _, cr := range find[*rbacv1.ClusterRole](objs) {
+		for _, rule := range cr.Rules {
+			if slices.ContainsFunc(rule.Resources, func(r string) bool { return strings.HasPrefix(r, "selfhostedshootexposures") }) &&
+				slices.ContainsFunc(rule.Verbs, func(v string) bool { return v != "get" && v != "list" && v != "watch" }) {
+				t.Errorf("ClusterRole %s grants %v on %v, want reading only", cr.Name, rule.Verbs, rule.Resources)
+			}
+		}
+	}
+	var writes []string
+	for _, r := range find[*rbacv1.Role](objs) {
+		for _, rule := range r.Rules {
+			for _, res := range rule.Resources {
+				if strings.HasPrefix(res, "selfhostedshootexposures") && slices.Contains(rule.Verbs, "patch") && r.Namespace == "kube-system" {
+					writes = append(writes, res)
+				}
+			}
+		}
+	}
+	slices.Sort(writes)
+	if !slices.Equal(writes, []string{"selfhostedshootexposures", "selfhostedshootexposures/status"}) {
+		t.Errorf("kube-system's Role lets the extension patch %v, want the exposures and their status", writes)
+	}
+}
+
 // TestRBACNamesCiliumManagedResource: the one ManagedResource the extension may patch (to request its reconcile) is
 // networking-cilium's, by name, in kube-system's Role; no rule grants more on ManagedResources than reading.
 func TestRBACNamesCiliumManagedResource(t *testing.T) {
