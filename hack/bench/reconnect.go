@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumnodes"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
 )
@@ -90,23 +92,25 @@ func agentRepins(r *report, runs int) error {
 		if _, err := cluster.Run(ctx, ciliumnodes.Agents{}); err != nil {
 			return err
 		}
-		moveAll := func(set int) (time.Time, error) {
+		// moveAll moves every control-plane node to the addresses of set, once worker-0's agent runs from its current
+		// pod, and returns that pod and when the last node moved.
+		moveAll := func(set int) (*corev1.Pod, time.Time, error) {
+			pod, err := cluster.RunningPod(ctx, "worker-0", 3*time.Minute)
+			if err != nil {
+				return nil, time.Time{}, err
+			}
 			for i, n := range cluster.Nodes() {
 				if n.ControlPlane {
 					if err := cluster.MoveNode(ctx, n.Name, fmt.Sprintf("10.0.1.%d", 100+3*set+i)); err != nil {
-						return time.Time{}, err
+						return nil, time.Time{}, err
 					}
 				}
 			}
-			return time.Now(), nil
+			return pod, time.Now(), nil
 		}
 		var after []time.Duration
 		for i := range runs {
-			pod, err := cluster.RunningPod(ctx, "worker-0", 3*time.Minute)
-			if err != nil {
-				return err
-			}
-			moved, err := moveAll(i)
+			pod, moved, err := moveAll(i)
 			if err != nil {
 				return err
 			}
@@ -124,11 +128,7 @@ func agentRepins(r *report, runs int) error {
 		if err := env.RestartExtension(ctx, false, "--disable-controllers=cilium-repin"); err != nil {
 			return err
 		}
-		pod, err := cluster.RunningPod(ctx, "worker-0", 3*time.Minute)
-		if err != nil {
-			return err
-		}
-		moved, err := moveAll(runs)
+		pod, moved, err := moveAll(runs)
 		if err != nil {
 			return err
 		}

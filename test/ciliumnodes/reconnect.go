@@ -24,11 +24,7 @@ type Reconnect struct {
 // kube-apiserver. The dead node stays dead until the next Run.
 func (c *Cluster) BlackHole(ctx context.Context, worker string, death Death, within time.Duration) (Reconnect, error) {
 	r := Reconnect{Worker: worker}
-	w := c.nodes[worker]
-	if w == nil || w.ControlPlane {
-		return r, fmt.Errorf("%s is no worker of the cluster", worker)
-	}
-	dead, err := c.waitForOneAPIServer(ctx, w, within)
+	_, dead, err := c.workerConnection(ctx, worker, within)
 	if err != nil {
 		return r, err
 	}
@@ -75,11 +71,7 @@ const (
 // kube-apiserver stopped (it is started again before Disconnect returns), to any when the connection was reset.
 func (c *Cluster) Disconnect(ctx context.Context, worker string, how Disconnection, within time.Duration) (_ Reconnect, err error) {
 	r := Reconnect{Worker: worker}
-	w := c.nodes[worker]
-	if w == nil || w.ControlPlane {
-		return r, fmt.Errorf("%s is no worker of the cluster", worker)
-	}
-	from, err := c.waitForOneAPIServer(ctx, w, within)
+	w, from, err := c.workerConnection(ctx, worker, within)
 	if err != nil {
 		return r, err
 	}
@@ -132,18 +124,21 @@ func (c *Cluster) acceptedFrom(ip string) int {
 	return count
 }
 
-// waitForOneAPIServer waits, for at most within, until the agent on w holds one connection to a control-plane node's
-// kube-apiserver (a connection it replaced may linger a moment), and returns that node.
-func (c *Cluster) waitForOneAPIServer(ctx context.Context, w *Node, within time.Duration) (*Node, error) {
-	var n *Node
+// workerConnection waits, for at most within, until the agent on the worker of that name holds one connection to a
+// control-plane node's kube-apiserver (a connection it replaced may linger a moment), and returns the worker and
+// that node.
+func (c *Cluster) workerConnection(ctx context.Context, worker string, within time.Duration) (w, to *Node, err error) {
+	if w = c.nodes[worker]; w == nil || w.ControlPlane {
+		return nil, nil, fmt.Errorf("%s is no worker of the cluster", worker)
+	}
 	var last error
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, within, true, func(context.Context) (bool, error) {
-		n, last = c.apiServerOf(w)
+		to, last = c.apiServerOf(w)
 		return last == nil, nil
 	}); err != nil {
-		return nil, fmt.Errorf("%w: %w", last, err)
+		return nil, nil, fmt.Errorf("%w: %w", last, err)
 	}
-	return n, nil
+	return w, to, nil
 }
 
 // apiServerOf is the control-plane node whose kube-apiserver the agent on w is connected to, by its sockets.

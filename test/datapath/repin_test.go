@@ -125,18 +125,14 @@ func repinned(t *testing.T, worker string, old types.UID, since time.Time) *core
 	if err != nil {
 		t.Fatalf("%v\n%s", err, ciliumPods())
 	}
-	var aliases, members []string
-	for _, a := range r.Pod.Spec.HostAliases {
-		aliases = append(aliases, a.IP)
-	}
+	var members []string
 	for _, n := range cluster.Nodes() {
 		if n.ControlPlane {
 			members = append(members, n.IP)
 		}
 	}
-	slices.Sort(aliases)
-	slices.Sort(members)
-	if !slices.Equal(aliases, members) {
+	aliases := sortedAliases(r.Pod)
+	if !slices.Equal(aliases, slices.Sorted(slices.Values(members))) {
 		t.Errorf("the new pod %s has hostAliases %v, want the control-plane nodes' current addresses %v", r.Pod.Name, aliases, members)
 	}
 	t.Logf("the agent on %s was connected to %s (%s) %s after the move, from the new pod %s with hostAliases %v",
@@ -162,9 +158,7 @@ func restoreAddresses(t *testing.T, worker string, restartExtension bool) {
 	}
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, repinBound, true, func(context.Context) (bool, error) {
 		pod := cluster.AgentPod(worker)
-		if pod == nil || len(pod.Spec.HostAliases) != len(fixtures.ControlPlaneIPs) || slices.ContainsFunc(pod.Spec.HostAliases, func(a corev1.HostAlias) bool {
-			return !slices.Contains(fixtures.ControlPlaneIPs, a.IP)
-		}) {
+		if pod == nil || !slices.Equal(sortedAliases(pod), fixtures.ControlPlaneIPs) {
 			return false, nil
 		}
 		_, err := cluster.ConnectedTo(worker)
@@ -197,6 +191,16 @@ func ciliumPods() string {
 			repin.Classify(p, members, apiserverendpoints.ControlPlaneNodes(nodes.Items)))
 	}
 	return out.String()
+}
+
+// sortedAliases are the addresses of pod's hostAliases, sorted.
+func sortedAliases(pod *corev1.Pod) []string {
+	var out []string
+	for _, a := range pod.Spec.HostAliases {
+		out = append(out, a.IP)
+	}
+	slices.Sort(out)
+	return out
 }
 
 func peers(name string) string {
