@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/cel-go/cel"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -193,8 +194,8 @@ func TestAdmissionPoliciesKeepCiliumPinned(t *testing.T) {
 	objs := render(t, selfHostedValues(t, fixtures.Shoot(true)))
 	policies := find[*admissionregistrationv1.ValidatingAdmissionPolicy](objs)
 	bindings := find[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](objs)
-	if len(policies) != 6 || len(bindings) != 6 {
-		t.Fatalf("%d policies, %d bindings, want 6 each (two keep Cilium pinned, four confine the extension's writes)", len(policies), len(bindings))
+	if len(policies) != 7 || len(bindings) != 7 {
+		t.Fatalf("%d policies, %d bindings, want 7 each (two keep Cilium pinned, one fixes the endpoints ConfigMap, four confine the extension's writes)", len(policies), len(bindings))
 	}
 	var text strings.Builder
 	for i, p := range policies {
@@ -353,4 +354,64 @@ func TestPodPolicyNamesCiliumPods(t *testing.T) {
 		return
 	}
 	t.Error("no policy confines the extension's pod writes")
+}
+
+// TestEndpointsConfigMapPolicyHoldsTheKubeconfigText: the policy that fixes the endpoints ConfigMap's shape carries,
+// as CEL constants, exactly the text around the first URL that the extension renders, and its keys and path; were
+// they to drift apart, the policy would refuse the extension's own ConfigMap (or pass another one).
+func TestEndpointsConfigMapPolicyHoldsTheKubeconfigText(t *testing.T) {
+	var policy *admissionregistrationv1.ValidatingAdmissionPolicy
+	for _, p := range find[*admissionregistrationv1.ValidatingAdmissionPolicy](render(t, selfHostedValues(t, fixtures.Shoot(true)))) {
+		if strings.HasSuffix(p.Name, "-endpoints-configmap-shape") {
+			policy = p
+		}
+	}
+	if policy == nil {
+		t.Fatal("no policy fixes the shape of the endpoints ConfigMap")
+	}
+	if got := policy.Spec.MatchConditions; len(got) != 1 || got[0].Expression != "object.metadata.name == '"+apiserverendpoints.ConfigMapName+"'" {
+		t.Errorf("the policy matches %+v, want the endpoints ConfigMap by name", got)
+	}
+	env, err := cel.NewEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	constant := func(name string) string {
+		for _, v := range policy.Spec.Variables {
+			if v.Name != name {
+				continue
+			}
+			ast, issues := env.Compile(v.Expression)
+			if issues.Err() != nil {
+				t.Fatalf("variable %s: %v", name, issues.Err())
+			}
+			prg, err := env.Program(ast)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, _, err := prg.Eval(map[string]any{})
+			if err != nil {
+				t.Fatalf("variable %s: %v", name, err)
+			}
+			s, ok := out.Value().(string)
+			if !ok {
+				t.Fatalf("variable %s is %T, not a string", name, out.Value())
+			}
+			return s
+		}
+		t.Fatalf("the policy has no variable %s", name)
+		return ""
+	}
+	for name, want := range map[string]string{
+		"kubeconfigPrefix": apiserverendpoints.KubeconfigPrefix,
+		"kubeconfigSuffix": apiserverendpoints.KubeconfigSuffix,
+		"kubeconfigPath":   apiserverendpoints.KubeconfigPath,
+		"urlsKey":          apiserverendpoints.KeyAPIServerURLs,
+		"pathKey":          apiserverendpoints.KeyKubeconfigPath,
+		"kubeconfigKey":    apiserverendpoints.KeyKubeconfig,
+	} {
+		if got := constant(name); got != want {
+			t.Errorf("the policy's %s is\n%q\nthe extension's\n%q", name, got, want)
+		}
+	}
 }

@@ -17,7 +17,6 @@
 package apiserverendpoints
 
 import (
-	"fmt"
 	"hash/fnv"
 	"net/netip"
 	"path"
@@ -27,11 +26,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
-	clientcmdlatest "k8s.io/client-go/tools/clientcmd/api/latest"
-	clientcmdv1 "k8s.io/client-go/tools/clientcmd/api/v1"
 
 	v1beta1constants "github.com/gardener/gardener/pkg/apis/core/v1beta1/constants"
 	kubernetesutils "github.com/gardener/gardener/pkg/utils/kubernetes"
@@ -224,52 +220,60 @@ func (c ControlPlane) HostAliases(key string) []corev1.HostAlias {
 	return aliases
 }
 
+// KubeconfigPrefix and KubeconfigSuffix enclose the one variable of the endpoints ConfigMap's kubeconfig, its server
+// URL. Every template-created Cilium pod loads that kubeconfig with clientcmd, where an exec entry or a skipped TLS
+// verification would run code in, or steal the token of, the agent on every node. Admission policies cannot parse
+// YAML, so the chart's policy (templates/admissionpolicy.yaml, endpoints-configmap-shape) checks the kubeconfig
+// character for character against these constants around the first URL, for every writer; a test keeps both equal.
+// The text holds no quote and no backslash, so that the policy can carry it as a CEL raw string.
+const (
+	KubeconfigPrefix = `apiVersion: v1
+kind: Config
+clusters:
+- name: kube-apiserver
+  cluster:
+    certificate-authority: /var/run/secrets/kubernetes.io/serviceaccount/ca.crt
+    tls-server-name: kube-apiserver.kube-system.svc.cluster.local
+    server: `
+	KubeconfigSuffix = `
+users:
+- name: kube-apiserver
+  user:
+    tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token
+contexts:
+- name: kube-apiserver
+  context:
+    cluster: kube-apiserver
+    user: kube-apiserver
+current-context: kube-apiserver
+`
+)
+
 // Kubeconfig is the kubeconfig of a pod template's containers: the first control-plane address (a Ready node's, when
-// any is Ready) as server, verified
-// under ServerName against the pod's service-account CA, authenticated with the pod's service-account token (client-go
-// re-reads the token file, so rotated tokens are used). Cilium also sends requests to the URLs of
-// CILIUM_K8S_API_SERVER_URLS when it has several, with this kubeconfig's TLS settings (rest_config_provider.go
-// createConfig wraps the kubeconfig's transport in its rotating round tripper), which is how a template-created
-// operator fails over.
-func (c ControlPlane) Kubeconfig() (string, error) {
+// any is Ready) as server, verified under ServerName against the pod's service-account CA, authenticated with the
+// pod's service-account token (client-go re-reads the token file, so rotated tokens are used). Cilium also sends
+// requests to the URLs of CILIUM_K8S_API_SERVER_URLS when it has several, with this kubeconfig's TLS settings
+// (rest_config_provider.go createConfig wraps the kubeconfig's transport in its rotating round tripper), which is how
+// a template-created operator fails over.
+func (c ControlPlane) Kubeconfig() string {
 	if c.Empty() {
-		return "", nil
+		return ""
 	}
-	cfg := kubernetesutils.NewKubeconfig("kube-apiserver",
-		clientcmdv1.Cluster{
-			Server:               c.URLs()[0],
-			TLSServerName:        ServerName,
-			CertificateAuthority: path.Join(ServiceAccountDir, corev1.ServiceAccountRootCAKey),
-		},
-		clientcmdv1.AuthInfo{TokenFile: path.Join(ServiceAccountDir, corev1.ServiceAccountTokenKey)},
-	)
-	out, err := runtime.Encode(clientcmdlatest.Codec, cfg)
-	if err != nil {
-		return "", fmt.Errorf("encoding the kubeconfig: %w", err)
-	}
-	return string(out), nil
+	return KubeconfigPrefix + c.URLs()[0] + KubeconfigSuffix
 }
 
 // Data is the content of the endpoints ConfigMap.
-func (c ControlPlane) Data() (map[string]string, error) {
-	kubeconfig, err := c.Kubeconfig()
-	if err != nil {
-		return nil, err
-	}
+func (c ControlPlane) Data() map[string]string {
 	return map[string]string{
 		KeyAPIServerURLs:  strings.Join(c.URLs(), ","),
 		KeyKubeconfigPath: KubeconfigPath,
-		KeyKubeconfig:     kubeconfig,
-	}, nil
+		KeyKubeconfig:     c.Kubeconfig(),
+	}
 }
 
 // ConfigMap is the endpoints ConfigMap for server-side apply.
-func ConfigMap(c ControlPlane) (*corev1ac.ConfigMapApplyConfiguration, error) {
-	data, err := c.Data()
-	if err != nil {
-		return nil, err
-	}
+func ConfigMap(c ControlPlane) *corev1ac.ConfigMapApplyConfiguration {
 	return corev1ac.ConfigMap(ConfigMapName, cilium.Namespace).
 		WithLabels(identity.ManagedBy()).
-		WithData(data), nil
+		WithData(c.Data())
 }

@@ -33,11 +33,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		logf.FromContext(ctx).Info("No control-plane node with an InternalIP, keeping the endpoints ConfigMap as it is")
 		return reconcile.Result{}, nil
 	}
-	configMap, err := apiserverendpoints.ConfigMap(controlPlane)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	if err := r.Client.Apply(ctx, configMap,
+	if err := r.Client.Apply(ctx, apiserverendpoints.ConfigMap(controlPlane),
 		identity.FieldOwner, client.ForceOwnership); err != nil {
 		return reconcile.Result{}, fmt.Errorf("applying ConfigMap %s: %w", configMapKey, err)
 	}

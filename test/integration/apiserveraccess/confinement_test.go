@@ -3,6 +3,7 @@ package apiserveraccess_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 
@@ -10,8 +11,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdlatest "k8s.io/client-go/tools/clientcmd/api/latest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	resourcesv1alpha1 "github.com/gardener/gardener/pkg/apis/resources/v1alpha1"
 
@@ -216,5 +221,80 @@ func TestExtensionDeletesOnlyCiliumPods(t *testing.T) {
 	}
 	if err := asExtension.Delete(ctx, agent.DeepCopy()); err != nil {
 		t.Errorf("deleting a Cilium pod as the extension: %v", err)
+	}
+}
+
+// TestEndpointsConfigMapTakesOnlyItsShape: the endpoints ConfigMap, which every template-created Cilium pod loads as
+// its kubeconfig, refuses from any writer, a cluster admin included, everything but the shape the extension writes:
+// an exec entry, skipped TLS verification, another server name, the same kubeconfig in another spelling (JSON), a URL
+// that is a name, another kubeconfig path, an extra key and binary data. The ConfigMap as the extension wrote it
+// passes.
+func TestEndpointsConfigMapTakesOnlyItsShape(t *testing.T) {
+	ctx := context.Background()
+	key := client.ObjectKey{Namespace: cilium.Namespace, Name: apiserverendpoints.ConfigMapName}
+	current := &corev1.ConfigMap{}
+	if err := env.Client.Get(ctx, key, current); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := current.Data[apiserverendpoints.KeyKubeconfig]
+	if !strings.HasPrefix(kubeconfig, apiserverendpoints.KubeconfigPrefix) {
+		t.Fatalf("the extension wrote a kubeconfig of another shape:\n%s", kubeconfig)
+	}
+	t.Cleanup(func() {
+		restored := &corev1.ConfigMap{}
+		if err := env.Client.Get(context.Background(), key, restored); err == nil && !maps.Equal(restored.Data, current.Data) {
+			restored.Data, restored.BinaryData = current.Data, nil
+			_ = env.Client.Update(context.Background(), restored)
+		}
+	})
+	server, _, _ := strings.Cut(strings.TrimPrefix(kubeconfig, apiserverendpoints.KubeconfigPrefix), "\n")
+	for what, change := range map[string]func(*corev1.ConfigMap){
+		"an exec entry": func(cm *corev1.ConfigMap) {
+			cm.Data[apiserverendpoints.KeyKubeconfig] = strings.Replace(kubeconfig, "  user:\n", "  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: /bin/sh\n      args: [-c, id]\n", 1)
+		},
+		"skipped TLS verification": func(cm *corev1.ConfigMap) {
+			cm.Data[apiserverendpoints.KeyKubeconfig] = strings.Replace(kubeconfig, "    server:", "    insecure-skip-tls-verify: true\n    server:", 1)
+		},
+		"another server name": func(cm *corev1.ConfigMap) {
+			cm.Data[apiserverendpoints.KeyKubeconfig] = strings.Replace(kubeconfig, apiserverendpoints.ServerName, "evil.example.com", 1)
+		},
+		"the same kubeconfig in JSON": func(cm *corev1.ConfigMap) {
+			cfg, err := clientcmd.Load([]byte(kubeconfig))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := runtime.Encode(clientcmdlatest.Codec, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			json, err := yaml.YAMLToJSON(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cm.Data[apiserverendpoints.KeyKubeconfig] = string(json)
+		},
+		"a URL that is a name": func(cm *corev1.ConfigMap) {
+			cm.Data[apiserverendpoints.KeyAPIServerURLs] = "https://evil.example.com:443"
+			cm.Data[apiserverendpoints.KeyKubeconfig] = apiserverendpoints.KubeconfigPrefix + "https://evil.example.com:443" + apiserverendpoints.KubeconfigSuffix
+		},
+		"another server port": func(cm *corev1.ConfigMap) {
+			cm.Data[apiserverendpoints.KeyAPIServerURLs] = strings.Replace(cm.Data[apiserverendpoints.KeyAPIServerURLs], ":443", ":6443", 1)
+			cm.Data[apiserverendpoints.KeyKubeconfig] = strings.Replace(kubeconfig, server, strings.Replace(server, ":443", ":6443", 1), 1)
+		},
+		"another kubeconfig path": func(cm *corev1.ConfigMap) {
+			cm.Data[apiserverendpoints.KeyKubeconfigPath] = "/etc/kubernetes/admin.conf"
+		},
+		"an extra key": func(cm *corev1.ConfigMap) { cm.Data["KUBECONFIG"] = "/tmp/kubeconfig" },
+		"binary data":  func(cm *corev1.ConfigMap) { cm.BinaryData = map[string][]byte{"kubeconfig.yaml": []byte(kubeconfig)} },
+	} {
+		cm := current.DeepCopy()
+		change(cm)
+		err := env.Client.Update(ctx, cm)
+		if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "endpoints-configmap-shape") {
+			t.Errorf("%s, written by a cluster admin: %v, want a refusal by the chart's policy", what, err)
+		}
+	}
+	if err := env.Client.Update(ctx, current.DeepCopy()); err != nil {
+		t.Errorf("writing the ConfigMap as the extension wrote it: %v", err)
 	}
 }
