@@ -6,10 +6,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cilium/cilium/pkg/annotation"
+	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
+	ciliumv2alpha1 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2alpha1"
 	"github.com/google/cel-go/cel"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -23,6 +27,7 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/managedresourceretry"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/health"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/identity"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/helm"
@@ -58,6 +63,18 @@ func render(t *testing.T, values map[string]any) []client.Object {
 	return objs
 }
 
+// policy is the chart's admission policy whose name ends in suffix, on a self-hosted shoot.
+func policy(t *testing.T, suffix string) *admissionregistrationv1.ValidatingAdmissionPolicy {
+	t.Helper()
+	for _, p := range find[*admissionregistrationv1.ValidatingAdmissionPolicy](render(t, selfHostedValues(t, fixtures.Shoot(true)))) {
+		if strings.HasSuffix(p.Name, suffix) {
+			return p
+		}
+	}
+	t.Fatalf("the chart has no policy %s", suffix)
+	return nil
+}
+
 func find[T client.Object](objs []client.Object) []T {
 	var out []T
 	for _, obj := range objs {
@@ -91,7 +108,8 @@ func TestSelfHostedValues(t *testing.T) {
 		t.Errorf("tolerations %v lack the control-plane taint", spec.Tolerations)
 	}
 	for _, want := range []string{"--self-hosted-shoot-cluster=true", "--webhook-config-namespace=" + namespace, "--webhook-config-mode=service",
-		"--webhook-config-server-port=30002", "--metrics-bind-address=$(POD_IP):30001", "--health-bind-address=$(POD_IP):30003",
+		"--webhook-config-server-host=$(POD_IP)", "--webhook-config-server-port=30002",
+		"--metrics-bind-address=[$(POD_IP)]:30001", "--health-bind-address=[$(POD_IP)]:30003",
 		// The chart's probe settings are the binary's defaults.
 		"--endpoint-probe-interval=" + health.DefaultSettings.Interval.String(), "--endpoint-probe-timeout=" + health.DefaultSettings.Timeout.String(),
 		"--endpoint-probe-failure-threshold=" + strconv.Itoa(health.DefaultSettings.FailureThreshold),
@@ -232,15 +250,7 @@ func TestAdmissionPoliciesKeepCiliumPinned(t *testing.T) {
 // TestWebhookConfigurationPolicyNamesTheWebhooks: the policy that confines the extension's webhook configuration
 // allows the webhooks the extension registers, under the names Gardener's webhook framework gives them.
 func TestWebhookConfigurationPolicyNamesTheWebhooks(t *testing.T) {
-	var policy *admissionregistrationv1.ValidatingAdmissionPolicy
-	for _, p := range find[*admissionregistrationv1.ValidatingAdmissionPolicy](render(t, selfHostedValues(t, fixtures.Shoot(true)))) {
-		if strings.HasSuffix(p.Name, "-confine-webhook-configuration") {
-			policy = p
-		}
-	}
-	if policy == nil {
-		t.Fatal("no policy confines the extension's webhook configuration")
-	}
+	policy := policy(t, "-confine-webhook-configuration")
 	var text strings.Builder
 	for _, v := range policy.Spec.Variables {
 		text.WriteString(v.Expression + "\n")
@@ -341,34 +351,20 @@ func TestRBACCoversOwnedKinds(t *testing.T) {
 // TestPodPolicyNamesCiliumPods: the policy that confines the extension's pod deletions names Cilium's pods by the
 // labels the extension knows them by (pkg/cilium).
 func TestPodPolicyNamesCiliumPods(t *testing.T) {
-	for _, p := range find[*admissionregistrationv1.ValidatingAdmissionPolicy](render(t, selfHostedValues(t, fixtures.Shoot(true)))) {
-		if !strings.HasSuffix(p.Name, "-confine-pod-writes") {
-			continue
+	p := policy(t, "-confine-pod-writes")
+	expression := p.Spec.Validations[0].Expression
+	for _, want := range []string{cilium.LabelKeyApp, cilium.LabelValueAgent, cilium.LabelValueEnvoy, cilium.LabelKeyOperator, cilium.LabelValueOperator} {
+		if !strings.Contains(expression, "'"+want+"'") {
+			t.Errorf("policy %s does not name %q: %s", p.Name, want, expression)
 		}
-		expression := p.Spec.Validations[0].Expression
-		for _, want := range []string{cilium.LabelKeyApp, cilium.LabelValueAgent, cilium.LabelValueEnvoy, cilium.LabelKeyOperator, cilium.LabelValueOperator} {
-			if !strings.Contains(expression, "'"+want+"'") {
-				t.Errorf("policy %s does not name %q: %s", p.Name, want, expression)
-			}
-		}
-		return
 	}
-	t.Error("no policy confines the extension's pod writes")
 }
 
 // TestEndpointsConfigMapPolicyHoldsTheKubeconfigText: the policy that fixes the endpoints ConfigMap's shape carries,
 // as CEL constants, exactly the text around the first URL that the extension renders, and its keys and path; were
 // they to drift apart, the policy would refuse the extension's own ConfigMap (or pass another one).
 func TestEndpointsConfigMapPolicyHoldsTheKubeconfigText(t *testing.T) {
-	var policy *admissionregistrationv1.ValidatingAdmissionPolicy
-	for _, p := range find[*admissionregistrationv1.ValidatingAdmissionPolicy](render(t, selfHostedValues(t, fixtures.Shoot(true)))) {
-		if strings.HasSuffix(p.Name, "-endpoints-configmap-shape") {
-			policy = p
-		}
-	}
-	if policy == nil {
-		t.Fatal("no policy fixes the shape of the endpoints ConfigMap")
-	}
+	policy := policy(t, "-endpoints-configmap-shape")
 	if got := policy.Spec.MatchConditions; len(got) != 1 || got[0].Expression != "object.metadata.name == '"+apiserverendpoints.ConfigMapName+"'" {
 		t.Errorf("the policy matches %+v, want the endpoints ConfigMap by name", got)
 	}
@@ -413,5 +409,101 @@ func TestEndpointsConfigMapPolicyHoldsTheKubeconfigText(t *testing.T) {
 		if got := constant(name); got != want {
 			t.Errorf("the policy's %s is\n%q\nthe extension's\n%q", name, got, want)
 		}
+	}
+}
+
+// TestWritesPolicyConfinesOwnedKinds: the policy that confines the extension's writes by content matches every kind an
+// exposure owns, and names the labels, selector keys, classes, annotation and names by which the extension builds them
+// (pkg/exposure/resources), so that its own objects pass and nothing else does.
+func TestWritesPolicyConfinesOwnedKinds(t *testing.T) {
+	policy := policy(t, "-confine-writes")
+	for _, kind := range resources.OwnedKinds {
+		plural, _ := meta.UnsafeGuessKindToResource(kind.GroupVersionKind)
+		if !slices.ContainsFunc(policy.Spec.MatchConstraints.ResourceRules, func(r admissionregistrationv1.NamedRuleWithOperations) bool {
+			return slices.Contains(r.APIGroups, kind.Group) && slices.Contains(r.Resources, plural.Resource) && len(r.Operations) == 3
+		}) {
+			t.Errorf("the policy does not confine CREATE, UPDATE and DELETE of %s", plural.GroupResource())
+		}
+	}
+	var text strings.Builder
+	for _, v := range policy.Spec.Variables {
+		text.WriteString(v.Expression + "\n")
+	}
+	for _, v := range policy.Spec.Validations {
+		text.WriteString(v.Expression + "\n")
+	}
+	const stem = "'cilium-exposure-'"
+	if resources.ServiceName("x") != "cilium-exposure-x" || resources.ClusterScopedName("kube-system", "x") != "cilium-exposure-kube-system-x" {
+		t.Errorf("the extension names an exposure's objects %s and %s, the policy after %s", resources.ServiceName("x"), resources.ClusterScopedName("kube-system", "x"), stem)
+	}
+	for _, name := range []string{
+		stem, identity.LabelManagedBy, identity.Name, resources.LabelExposureName, resources.LabelExposureNamespace,
+		resources.SelectorKeyServiceNamespace, resources.SelectorKeyServiceName, discoveryv1.LabelServiceName,
+		ciliumv2alpha1.L2AnnounceLoadBalancerClass, ciliumv2.BGPLoadBalancerClass, annotation.LBIPAMIPsKey,
+		string(ciliumv2.BGPServiceAdvert), string(ciliumv2.BGPLoadBalancerIPAddr), apiserverendpoints.ConfigMapName,
+	} {
+		if !strings.Contains(text.String(), "'"+strings.Trim(name, "'")+"'") {
+			t.Errorf("the policy does not name %s:\n%s", name, text.String())
+		}
+	}
+}
+
+// TestProberAccountIsBoundToNothing: the probes' ServiceAccount mounts no token and no binding names it, so that its
+// tokens open only what every authenticated user may read (/readyz); the extension may request its tokens, by name,
+// and the DaemonSet tells the extension to probe with them.
+func TestProberAccountIsBoundToNothing(t *testing.T) {
+	objs := render(t, selfHostedValues(t, fixtures.Shoot(true)))
+	const prober = "gardener-extension-cilium-selfhosted-prober"
+	var account *corev1.ServiceAccount
+	for _, sa := range find[*corev1.ServiceAccount](objs) {
+		if sa.Name == prober {
+			account = sa
+		}
+	}
+	if account == nil || account.Namespace != namespace || account.AutomountServiceAccountToken == nil || *account.AutomountServiceAccountToken {
+		t.Fatalf("the probes' ServiceAccount: %+v, want one in %s that mounts no token", account, namespace)
+	}
+	var subjects []rbacv1.Subject
+	for _, b := range find[*rbacv1.RoleBinding](objs) {
+		subjects = append(subjects, b.Subjects...)
+	}
+	for _, b := range find[*rbacv1.ClusterRoleBinding](objs) {
+		subjects = append(subjects, b.Subjects...)
+	}
+	if slices.ContainsFunc(subjects, func(s rbacv1.Subject) bool { return s.Name == prober }) {
+		t.Errorf("a binding names the probes' ServiceAccount: %+v", subjects)
+	}
+	var grants []rbacv1.PolicyRule
+	for _, r := range find[*rbacv1.Role](objs) {
+		for _, rule := range r.Rules {
+			if slices.Contains(rule.Resources, "serviceaccounts/token") {
+				grants = append(grants, rule)
+			}
+		}
+	}
+	if len(grants) != 1 || !slices.Equal(grants[0].ResourceNames, []string{prober}) || !slices.Equal(grants[0].Verbs, []string{"create"}) {
+		t.Errorf("token rules %+v, want create on %s alone", grants, prober)
+	}
+	if d := find[*appsv1.DaemonSet](objs)[0]; !slices.Contains(args(d), "--endpoint-probe-service-account="+namespace+"/"+prober) {
+		t.Errorf("args %v do not name the probes' ServiceAccount", args(d))
+	}
+}
+
+// TestImagePinned: the chart runs the image of the version it was released with, never a moving tag.
+func TestImagePinned(t *testing.T) {
+	chart, err := helm.LoadFS(charts.FS, charts.ChartPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := find[*appsv1.DaemonSet](render(t, selfHostedValues(t, fixtures.Shoot(true))))[0]
+	image := d.Spec.Template.Spec.Containers[0].Image
+	if !strings.HasSuffix(image, ":v"+chart.Metadata.AppVersion) {
+		t.Errorf("image %s, want the chart's appVersion v%s", image, chart.Metadata.AppVersion)
+	}
+	values := selfHostedValues(t, fixtures.Shoot(true))
+	values["image"] = map[string]any{"digest": "sha256:0123"}
+	d = find[*appsv1.DaemonSet](render(t, values))[0]
+	if image := d.Spec.Template.Spec.Containers[0].Image; !strings.HasSuffix(image, ":v"+chart.Metadata.AppVersion+"@sha256:0123") {
+		t.Errorf("image %s with a digest", image)
 	}
 }

@@ -240,5 +240,50 @@ func loadExtension(ctx context.Context, r *report, env *testenv.Env, f *fixture,
 	r.add(Result{Section: section, Name: "p99 latency, " + name, Value: ms(res.percentile(0.99)), Unit: "ms"})
 	r.add(Result{Section: section, Name: "throughput, " + name, Value: float64(len(res.latencies)) / res.elapsed.Seconds(), Unit: "req/s"})
 	memory(r, pid, "after section 2's load on its webhook")
+	flood(r, l, f, u.Path, pid)
 	return nil
+}
+
+// flood sends, from many callers at once, AdmissionReviews of nearly the largest body controller-runtime reads (7 MiB)
+// to the extension's webhook, as a flood from the node network would, and reports how the callers were answered and
+// the process's resident set afterwards: what the chart's memory limit must hold (webhookserver.Limits).
+func flood(r *report, l *loader, f *fixture, path string, pid int) {
+	const section = "2. Admission over HTTPS (controller-runtime webhook server, agent pods on control-plane and worker nodes)"
+	const callers, each = 64, 4
+	pod := ciliumchart.DaemonSetPod(f.rendered.Agent, "worker-0")
+	pod.Annotations = map[string]string{"bench.cilium-selfhosted/flood": strings.Repeat("x", 6<<20+512<<10)}
+	req := f.request(pod)
+	review := admissionv1.AdmissionReview{Request: &req.AdmissionRequest}
+	review.APIVersion, review.Kind = "admission.k8s.io/v1", "AdmissionReview"
+	body, err := json.Marshal(review)
+	if err != nil {
+		panic(err)
+	}
+	var (
+		mu       sync.Mutex
+		statuses = map[int]int{}
+		wg       sync.WaitGroup
+	)
+	for range callers {
+		wg.Go(func() {
+			for range each {
+				status := 0
+				resp, err := l.httpClient.Post(l.url+path, "application/json", bytes.NewReader(body))
+				if err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					status = resp.StatusCode
+				}
+				mu.Lock()
+				statuses[status]++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	name := fmt.Sprintf("flood of %d callers x %d requests of %.1f MiB", callers, each, float64(len(body))/(1<<20))
+	r.add(Result{Section: section, Name: "answered, " + name, Value: float64(statuses[http.StatusOK]), Unit: ""})
+	r.add(Result{Section: section, Name: "refused 503 (no slot within the webhooks' timeout), " + name, Value: float64(statuses[http.StatusServiceUnavailable]), Unit: ""})
+	r.add(Result{Section: section, Name: "failed otherwise, " + name, Value: float64(callers*each - statuses[http.StatusOK] - statuses[http.StatusServiceUnavailable]), Unit: ""})
+	memory(r, pid, "after the "+name)
 }

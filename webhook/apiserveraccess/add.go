@@ -30,8 +30,9 @@ const (
 // WebhookNames are all webhooks of this package.
 var WebhookNames = []string{AgentWebhookName, OperatorWebhookName, ConfigWebhookName}
 
-// timeoutSeconds keeps a slow or unreachable webhook from holding up Cilium's rollout for long.
-const timeoutSeconds int32 = 5
+// TimeoutSeconds keeps a slow or unreachable webhook from holding up Cilium's rollout for long: kube-apiserver gives up
+// on a call after it.
+const TimeoutSeconds int32 = 5
 
 // AddAgentWebhook adds the webhook for the agent and Envoy DaemonSets and their pods.
 func AddAgentWebhook(mgr manager.Manager) (*extensionswebhook.Webhook, error) {
@@ -77,7 +78,7 @@ func newWebhook(mgr manager.Manager, name string, selector *metav1.LabelSelector
 			corev1.LabelMetadataName: cilium.Namespace,
 		}},
 		FailurePolicy:  new(admissionregistrationv1.Ignore),
-		TimeoutSeconds: new(timeoutSeconds),
+		TimeoutSeconds: new(TimeoutSeconds),
 	}
 	if selector != nil {
 		wh.ObjectSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{*selector}}

@@ -14,6 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -27,9 +28,11 @@ import (
 	extensionscmdwebhook "github.com/gardener/gardener/extensions/pkg/webhook/cmd"
 	gardenerhealthz "github.com/gardener/gardener/pkg/healthz"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/selfhostedshootexposure"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/webhookserver"
 )
 
 // options are the command's options, grouped the Gardener way.
@@ -44,6 +47,10 @@ type options struct {
 	controllers      *extensionscmdcontroller.SwitchOptions
 	webhooks         *extensionscmdwebhook.AddToManagerOptions
 	optionAggregator extensionscmdcontroller.OptionAggregator
+
+	// registeringWebhookServer is where Gardener's wiring registers the webhooks, which the manager's webhook server
+	// serves through webhookLimits (webhookserver.Servers).
+	registeringWebhookServer webhook.Server
 }
 
 func newOptions() *options {
@@ -128,6 +135,8 @@ func (o *options) run(ctx context.Context) error {
 	options.Client.Cache = &client.CacheOptions{DisableFor: []client.Object{&admissionregistrationv1.MutatingWebhookConfiguration{}}}
 	if server, ok := options.WebhookServer.(*webhook.DefaultServer); ok {
 		server.Options.TLSOpts = append(server.Options.TLSOpts, serverTLS)
+		servers := webhookserver.New(server.Options, webhookLimits)
+		options.WebhookServer, o.registeringWebhookServer = servers.Serving, servers.Registering
 	}
 	// Metrics only over TLS and only for callers whom kube-apiserver authenticates and authorizes for /metrics: in the
 	// host network of a self-hosted shoot the port is reachable from the node's network.
@@ -189,7 +198,12 @@ func serverTLS(c *tls.Config) {
 func cacheScope(webhookNamespace string) map[client.Object]cache.ByObject {
 	kubeSystem := cache.ByObject{Namespaces: map[string]cache.Config{cilium.Namespace: {}}}
 	scope := map[client.Object]cache.ByObject{
-		&corev1.ConfigMap{}:          kubeSystem,
+		// The one ConfigMap watched is the endpoints ConfigMap: RBAC lets a list and watch by its name through
+		// (resourceNames with a metadata.name field selector) and no other ConfigMap of kube-system is read from the
+		// cache (cilium-config is read by name when an exposure is reconciled).
+		&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{cilium.Namespace: {
+			FieldSelector: fields.OneTermEqualSelector("metadata.name", apiserverendpoints.ConfigMapName),
+		}}},
 		&corev1.Service{}:            kubeSystem,
 		&discoveryv1.EndpointSlice{}: kubeSystem,
 		&appsv1.DaemonSet{}:          kubeSystem,

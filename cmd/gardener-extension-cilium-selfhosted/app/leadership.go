@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/leadership"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/webhookserver"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/webhook/apiserveraccess"
 )
 
 // addWebhooks wires the webhooks into the process's manager, which serves them in every replica whether it leads or
@@ -20,6 +23,9 @@ import (
 // development) the certificates are generated when the wiring runs, so it runs once, in the process's manager, and
 // each replica registers its own CA.
 func (o *options) addWebhooks(ctx context.Context, mgr manager.Manager) error {
+	if o.registeringWebhookServer != nil {
+		mgr = withWebhookServer{Manager: mgr, server: o.registeringWebhookServer}
+	}
 	if o.unmanagedWebhookCertificates() {
 		_, err := o.webhooks.Completed().AddToManager(ctx, mgr, nil)
 		return err
@@ -87,6 +93,25 @@ type runnablesNeedingLeadership struct {
 	// server, when set, stands in for the manager's webhook server.
 	server webhook.Server
 }
+
+// webhookLimits hold every caller of the webhook server to what kube-apiserver needs of it: a call is over after the
+// webhooks' timeout on kube-apiserver's side, so reading a body, or waiting for a slot, longer than that serves no one.
+// Eight requests at once, each buffering at most 7 MiB, keep a flood from the node network within the chart's memory
+// limit (make bench, section 2); kube-apiserver's calls are answered in milliseconds.
+var webhookLimits = webhookserver.Limits{
+	ReadTimeout:   time.Duration(apiserveraccess.TimeoutSeconds) * time.Second,
+	HandleTimeout: time.Duration(apiserveraccess.TimeoutSeconds) * time.Second,
+	InFlight:      8,
+}
+
+// withWebhookServer is a manager whose webhook server is server, for Gardener's wiring, which registers its handlers
+// through GetWebhookServer: the registering half of webhookserver.Servers, whose serving half the manager runs.
+type withWebhookServer struct {
+	manager.Manager
+	server webhook.Server
+}
+
+func (m withWebhookServer) GetWebhookServer() webhook.Server { return m.server }
 
 func (m runnablesNeedingLeadership) Add(r manager.Runnable) error {
 	if leadership.NeedsLeaderElection(r) != m.leader {

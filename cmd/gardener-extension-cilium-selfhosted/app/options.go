@@ -109,6 +109,8 @@ func (o *probeOptions) AddFlags(fs *pflag.FlagSet) {
 		"Failed probes in a row after which an endpoint is published as not ready.")
 	fs.IntVar(&o.SuccessThreshold, "endpoint-probe-success-threshold", o.SuccessThreshold,
 		"Successful probes in a row after which a not-ready endpoint is published as ready again.")
+	fs.StringVar(&o.ServiceAccount, "endpoint-probe-service-account", o.ServiceAccount,
+		"namespace/name of the ServiceAccount whose short-lived tokens (TokenRequest) the probes carry; empty: the extension's own credentials.")
 }
 
 // Complete implements extensionscmdcontroller.Completer.

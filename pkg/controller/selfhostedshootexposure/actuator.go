@@ -94,8 +94,9 @@ func (a *actuator) Reconcile(ctx context.Context, log logr.Logger, exp *extensio
 	if err := a.reportEndpoints(ctx, exp, states, notReady, allFailing); err != nil {
 		return nil, err
 	}
+	// Read by name, not from the cache: the extension watches no ConfigMap of kube-system but its own.
 	ciliumConfig := &corev1.ConfigMap{}
-	if err := a.client.Get(ctx, client.ObjectKey{Namespace: cilium.Namespace, Name: cilium.ConfigMapName}, ciliumConfig); err != nil {
+	if err := a.reader.Get(ctx, client.ObjectKey{Namespace: cilium.Namespace, Name: cilium.ConfigMapName}, ciliumConfig); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("Cilium is not installed: ConfigMap %s/%s not found", cilium.Namespace, cilium.ConfigMapName)
 		}

@@ -2,7 +2,8 @@
 // connections only to kube-apiservers that are ready. A prober per endpoint address, shared by the exposures that list
 // it, asks `GET /readyz` over HTTPS about once a second, verifying the certificate under the name Cilium's connections
 // to the control-plane nodes verify it (apiserverendpoints.ServerName: Gardener's certificate holds no node IP) and
-// authenticated as the extension, since Gardener may switch anonymous access off. After FailureThreshold failures in a
+// authenticated, since Gardener may switch anonymous access off: with a short-lived token of a ServiceAccount that may
+// do nothing else (the chart's prober account, Settings.ServiceAccount). After FailureThreshold failures in a
 // row an endpoint counts as not ready, after SuccessThreshold successes as ready again.
 //
 // Cilium maps an EndpointSlice endpoint that is neither ready, serving nor terminating to BackendStateMaintenance
@@ -43,6 +44,9 @@ type Settings struct {
 	// FailureThreshold is how many failed probes in a row make a ready endpoint not ready; SuccessThreshold how many
 	// successful ones make it ready again.
 	FailureThreshold, SuccessThreshold int
+	// ServiceAccount, namespace/name, is whose short-lived tokens the probes carry (TokenRequest); empty: the
+	// extension's own credentials.
+	ServiceAccount string
 }
 
 // DefaultSettings take an endpoint out about 2 s after its kube-apiserver stops being ready (within 2.5 s when it
@@ -62,7 +66,21 @@ func (s Settings) Validate() error {
 	case s.FailureThreshold < 1 || s.SuccessThreshold < 1:
 		return fmt.Errorf("the failure and success thresholds must be at least 1, not %d and %d", s.FailureThreshold, s.SuccessThreshold)
 	}
+	if _, err := s.account(); err != nil {
+		return err
+	}
 	return nil
+}
+
+func (s Settings) account() (types.NamespacedName, error) {
+	if s.ServiceAccount == "" {
+		return types.NamespacedName{}, nil
+	}
+	namespace, name, ok := strings.Cut(s.ServiceAccount, "/")
+	if !ok || namespace == "" || name == "" || strings.Contains(name, "/") {
+		return types.NamespacedName{}, fmt.Errorf("the probes' ServiceAccount must be namespace/name, not %q", s.ServiceAccount)
+	}
+	return types.NamespacedName{Namespace: namespace, Name: name}, nil
 }
 
 // State is what the probes say about one endpoint.
@@ -95,14 +113,20 @@ type Registry struct {
 	running atomic.Int32
 }
 
-// NewRegistry returns a registry whose probes authenticate and verify as config does, under
-// apiserverendpoints.ServerName. When the State of an address changes, changed is called from its prober's goroutine
+// NewRegistry returns a registry whose probes verify as config does, under apiserverendpoints.ServerName, and
+// authenticate with tokens of settings.ServiceAccount, or as config does. When the State of an address changes, changed is called from its prober's goroutine
 // with the exposures that list the address and a context that ends when the prober stops.
 func NewRegistry(config *rest.Config, settings Settings, changed func(ctx context.Context, exposures []types.NamespacedName)) (*Registry, error) {
 	if err := settings.Validate(); err != nil {
 		return nil, err
 	}
 	cfg := rest.CopyConfig(config)
+	if account, _ := settings.account(); account.Name != "" {
+		var err error
+		if cfg, err = proberConfig(config, account); err != nil {
+			return nil, err
+		}
+	}
 	cfg.TLSClientConfig.ServerName = apiserverendpoints.ServerName
 	transport, err := rest.TransportFor(cfg)
 	if err != nil {
@@ -112,8 +136,8 @@ func NewRegistry(config *rest.Config, settings Settings, changed func(ctx contex
 	return &Registry{
 		settings: settings,
 		client: &http.Client{Transport: transport, Timeout: settings.Timeout,
-			// The transport adds the extension's token to every request, a redirected one too: a redirect is an answer
-			// (not ready), never followed to wherever it points.
+			// The transport adds the token to every request, a redirected one too: a redirect is an answer (not ready),
+			// never followed to wherever it points.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 		changed: changed,

@@ -3,6 +3,7 @@ package health
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"log"
 	"net"
@@ -45,10 +46,11 @@ type apiServer struct {
 	open atomic.Int32
 }
 
-func newAPIServer(t *testing.T, ca *secretsutils.Certificate, serverNames ...string) *apiServer {
+// serverCertificate is a kube-apiserver serving certificate for serverNames and ips, signed by ca.
+func serverCertificate(t *testing.T, ca *secretsutils.Certificate, ips []net.IP, serverNames ...string) tls.Certificate {
 	t.Helper()
 	cert, err := (&secretsutils.CertificateSecretConfig{
-		Name: "kube-apiserver", CommonName: "kube-apiserver", DNSNames: serverNames,
+		Name: "kube-apiserver", CommonName: "kube-apiserver", DNSNames: serverNames, IPAddresses: ips,
 		CertType: secretsutils.ServerCert, SigningCA: ca,
 	}).GenerateCertificate()
 	if err != nil {
@@ -58,6 +60,12 @@ func newAPIServer(t *testing.T, ca *secretsutils.Certificate, serverNames ...str
 	if err != nil {
 		t.Fatal(err)
 	}
+	return pair
+}
+
+func newAPIServer(t *testing.T, ca *secretsutils.Certificate, serverNames ...string) *apiServer {
+	t.Helper()
+	pair := serverCertificate(t, ca, nil, serverNames...)
 	s := &apiServer{}
 	s.status.Store(http.StatusOK)
 	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -370,4 +378,69 @@ func seriesOf(t *testing.T, c prometheus.Collector) string {
 		b.WriteString(f.String())
 	}
 	return b.String()
+}
+
+// TestProbesCarryTheProberToken: with a ServiceAccount for the probes, every probe carries a token that the extension
+// requested for that account, with its own identity, from kube-apiserver, and never the extension's own token; a
+// token kube-apiserver rejects is requested anew.
+func TestProbesCarryTheProberToken(t *testing.T) {
+	ca := newCA(t)
+	pair := serverCertificate(t, ca, []net.IP{net.ParseIP("127.0.0.1")}, apiserverendpoints.ServerName)
+	var issued, extensionTokenProbes, proberTokenProbes atomic.Int32
+	server := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auth := r.Header.Get("Authorization")
+		switch {
+		case r.Method == http.MethodPost && r.URL.Path == "/api/v1/namespaces/extension/serviceaccounts/prober/token":
+			if auth != "Bearer "+token {
+				w.WriteHeader(http.StatusUnauthorized)
+				return
+			}
+			n := issued.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = fmt.Fprintf(w, `{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","status":{"token":"prober-%d","expirationTimestamp":%q}}`,
+				n, time.Now().Add(10*time.Minute).UTC().Format(time.RFC3339))
+		case r.URL.Path == "/readyz" && auth == "Bearer "+token:
+			extensionTokenProbes.Add(1)
+			w.WriteHeader(http.StatusOK)
+		case r.URL.Path == "/readyz" && auth == "Bearer prober-1":
+			// The first token is rejected from the start, as one of a ServiceAccount recreated since.
+			w.WriteHeader(http.StatusUnauthorized)
+		case r.URL.Path == "/readyz" && strings.HasPrefix(auth, "Bearer prober-"):
+			proberTokenProbes.Add(1)
+			w.WriteHeader(http.StatusOK)
+		default:
+			w.WriteHeader(http.StatusUnauthorized)
+		}
+	}))
+	server.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
+	server.StartTLS()
+	t.Cleanup(server.Close)
+
+	settings := fast
+	settings.ServiceAccount = "extension/prober"
+	r, err := NewRegistry(&rest.Config{Host: server.URL, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: ca.CertificatePEM}}, settings, (&changes{}).record)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	addr := server.Listener.Addr().String()
+	r.Track(expA, []string{addr})
+	waitFor(t, "probes with a renewed prober token succeed", func() bool { return proberTokenProbes.Load() > 2 && r.State(addr).Ready })
+	if n := extensionTokenProbes.Load(); n != 0 {
+		t.Errorf("%d probes carried the extension's own token", n)
+	}
+	if n := issued.Load(); n < 2 {
+		t.Errorf("%d tokens requested, want a new one after the first was rejected", n)
+	}
+}
+
+// TestProbeServiceAccountMustBeNamespaced: the probes' ServiceAccount is namespace/name.
+func TestProbeServiceAccountMustBeNamespaced(t *testing.T) {
+	for _, account := range []string{"prober", "/prober", "ns/", "a/b/c"} {
+		s := fast
+		s.ServiceAccount = account
+		if err := s.Validate(); err == nil {
+			t.Errorf("ServiceAccount %q accepted", account)
+		}
+	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -516,9 +518,9 @@ func TestWebhookDown(t *testing.T) {
 	verifyPod(t, "pod on cp-2 once the webhook is back", pod, &corev1.Pod{Spec: agent.Spec.Template.Spec}, true, cms)
 }
 
-// TestMetricsAndHealthBindAsConfigured: the endpoints answer on the configured loopback addresses and nowhere else;
-// metrics only over TLS (HTTP/1.1), and only to a caller that kube-apiserver authenticates and authorizes for
-// /metrics (the chart's metrics-reader role), never without a token.
+// TestMetricsAndHealthBindAsConfigured: the endpoints and the webhook server answer on the configured loopback
+// addresses and nowhere else; metrics only over TLS (HTTP/1.1), and only to a caller that kube-apiserver authenticates
+// and authorizes for /metrics (the chart's metrics-reader role), never without a token.
 func TestMetricsAndHealthBindAsConfigured(t *testing.T) {
 	for path, addr := range map[string]string{"/healthz": env.HealthAddress, "/readyz": env.HealthAddress} {
 		resp, err := http.Get("http://" + addr + path)
@@ -550,13 +552,41 @@ func TestMetricsAndHealthBindAsConfigured(t *testing.T) {
 		if err != nil || ip.IsLoopback() || ip.IsLinkLocalUnicast() {
 			continue
 		}
-		for _, bound := range []string{env.MetricsAddress, env.HealthAddress} {
+		for _, bound := range []string{env.MetricsAddress, env.HealthAddress, env.WebhookAddress()} {
 			_, port, _ := net.SplitHostPort(bound)
 			if conn, err := net.DialTimeout("tcp", net.JoinHostPort(ip.String(), port), time.Second); err == nil {
 				conn.Close()
 				t.Errorf("port %s also answers on %s", port, ip)
 			}
 		}
+	}
+}
+
+// TestWebhookServerCutsOffSlowBodies: a caller of the webhook server that sends a request's header and then trickles
+// its body, as a slowloris does from the node network, loses the connection: the extension's server stops reading
+// after the webhooks' timeout on kube-apiserver's side, not only after controller-runtime's 32 s header timeout.
+func TestWebhookServerCutsOffSlowBodies(t *testing.T) {
+	conn, err := tls.Dial("tcp", env.WebhookAddress(), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // who serves is not what is tested
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := fmt.Fprintf(conn, "POST /%s HTTP/1.1\r\nHost: webhook\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{", apiserveraccess.AgentWebhookName); err != nil {
+		t.Fatal(err)
+	}
+	// Four times the bound, so that a loaded machine cannot fail this; a server without it waits for the body forever.
+	bound := 4 * time.Duration(apiserveraccess.TimeoutSeconds) * time.Second
+	if err := conn.SetReadDeadline(time.Now().Add(bound)); err != nil {
+		t.Fatal(err)
+	}
+	reply, err := io.ReadAll(conn)
+	var netErr net.Error
+	if errors.As(err, &netErr) && netErr.Timeout() {
+		t.Fatalf("the webhook server still reads the body after %s", bound)
+	}
+	// controller-runtime answers a body it could not read with an AdmissionReview that allows nothing.
+	if strings.Contains(string(reply), `"allowed":true`) {
+		t.Errorf("the webhook server admitted a body it never got: %s", reply)
 	}
 }
 

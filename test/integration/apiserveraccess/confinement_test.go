@@ -8,11 +8,15 @@ import (
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdlatest "k8s.io/client-go/tools/clientcmd/api/latest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -296,5 +300,105 @@ func TestEndpointsConfigMapTakesOnlyItsShape(t *testing.T) {
 	}
 	if err := env.Client.Update(ctx, current.DeepCopy()); err != nil {
 		t.Errorf("writing the ConfigMap as the extension wrote it: %v", err)
+	}
+}
+
+// TestProberTokenOpensOnlyReadyz: what a thief of the extension's token can get through the probes' account: the
+// extension may request tokens of its prober ServiceAccount and of no other (not its own, not Cilium's), and a prober
+// token reads /readyz and nothing else: no Node, no Secret of the extension's namespace, no metrics, no token.
+func TestProberTokenOpensOnlyReadyz(t *testing.T) {
+	ctx := context.Background()
+	asExtension, err := env.ExtensionClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	request := func(namespace, name string) (string, error) {
+		tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(600))}}
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+		err := asExtension.SubResource("token").Create(ctx, sa, tr)
+		return tr.Status.Token, err
+	}
+	for _, other := range []client.ObjectKey{
+		{Namespace: testenv.ExtensionNamespace, Name: testenv.ServiceAccountName},
+		{Namespace: cilium.Namespace, Name: "cilium"},
+	} {
+		if _, err := request(other.Namespace, other.Name); !apierrors.IsForbidden(err) {
+			t.Errorf("requesting a token of %s as the extension: %v, want Forbidden", other, err)
+		}
+	}
+	token, err := request(testenv.ExtensionNamespace, testenv.ServiceAccountName+"-prober")
+	if err != nil {
+		t.Fatalf("requesting a token of the probes' account as the extension: %v", err)
+	}
+	config := rest.AnonymousClientConfig(env.Config)
+	config.BearerToken = token
+	clientset, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body, err := clientset.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx); err != nil {
+		t.Errorf("GET /readyz with the prober's token: %v %s", err, body)
+	}
+	for what, err := range map[string]error{
+		"listing Nodes": func() error { _, err := clientset.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); return err }(),
+		"listing the extension's Secrets": func() error {
+			_, err := clientset.CoreV1().Secrets(testenv.ExtensionNamespace).List(ctx, metav1.ListOptions{})
+			return err
+		}(),
+		"reading /metrics": func() error {
+			_, err := clientset.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+			return err
+		}(),
+		"requesting another token": func() error {
+			_, err := clientset.CoreV1().ServiceAccounts(testenv.ExtensionNamespace).CreateToken(ctx, testenv.ServiceAccountName+"-prober",
+				&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(600))}}, metav1.CreateOptions{})
+			return err
+		}(),
+	} {
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("%s with the prober's token: %v, want Forbidden", what, err)
+		}
+	}
+}
+
+// TestExtensionReadsOnlyItsConfigMaps: with the extension's own identity, of kube-system's ConfigMaps only Cilium's
+// configuration and the endpoints ConfigMap can be read, and only the latter listed and watched, by its name: another
+// ConfigMap, or all of them, are refused.
+func TestExtensionReadsOnlyItsConfigMaps(t *testing.T) {
+	ctx := context.Background()
+	asExtension, err := env.ExtensionClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	coredns := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: cilium.Namespace, Name: "coredns-readable"}, Data: map[string]string{"Corefile": ".:53 {}"}}
+	if err := env.Client.Create(ctx, coredns); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), coredns) })
+	byName := func(name string) client.ListOption {
+		return client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", name)}
+	}
+	for what, err := range map[string]error{
+		"reading another ConfigMap":         asExtension.Get(ctx, client.ObjectKeyFromObject(coredns), &corev1.ConfigMap{}),
+		"listing kube-system's ConfigMaps":  asExtension.List(ctx, &corev1.ConfigMapList{}, client.InNamespace(cilium.Namespace)),
+		"listing another ConfigMap by name": asExtension.List(ctx, &corev1.ConfigMapList{}, client.InNamespace(cilium.Namespace), byName(coredns.Name)),
+	} {
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("%s as the extension: %v, want Forbidden", what, err)
+		}
+	}
+	for what, err := range map[string]error{
+		"reading cilium-config": func() error {
+			err := asExtension.Get(ctx, client.ObjectKey{Namespace: cilium.Namespace, Name: cilium.ConfigMapName}, &corev1.ConfigMap{})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return err
+		}(),
+		"listing the endpoints ConfigMap by name": asExtension.List(ctx, &corev1.ConfigMapList{}, client.InNamespace(cilium.Namespace), byName(apiserverendpoints.ConfigMapName)),
+	} {
+		if err != nil {
+			t.Errorf("%s as the extension: %v", what, err)
+		}
 	}
 }

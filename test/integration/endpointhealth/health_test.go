@@ -4,10 +4,12 @@ import (
 	"context"
 	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -143,5 +145,48 @@ func TestUnreadyEndpointsAreTakenOut(t *testing.T) {
 	}
 	if err := testenv.WaitFor(ctx, 30*time.Second, func(context.Context) (bool, error) { return open() == 0, nil }); err != nil {
 		t.Errorf("%d connections to the endpoints still open after the exposure is gone", open())
+	}
+}
+
+// TestPodServesOnItsOwnAddress: run as its chart's pod on cp-0 (host network: the pod's address is the node's
+// InternalIP), the extension's webhook server, metrics and health endpoints listen on that address alone: not on the
+// node's loopback, where etcd and kube-apiserver's other listeners are, nor on the node's other addresses.
+func TestPodServesOnItsOwnAddress(t *testing.T) {
+	ctx := context.Background()
+	runExtensionPod(t)
+	daemonSet := &appsv1.DaemonSet{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: testenv.ExtensionNamespace, Name: testenv.ServiceAccountName}, daemonSet); err != nil {
+		t.Fatal(err)
+	}
+	container := daemonSet.Spec.Template.Spec.Containers[0]
+	ports := []int{container.ReadinessProbe.HTTPGet.Port.IntValue()}
+	for _, p := range container.Ports {
+		ports = append(ports, int(p.ContainerPort))
+	}
+	if len(ports) != 3 {
+		t.Fatalf("ports %v, want the health, webhook and metrics ports", ports)
+	}
+	dial := func(host string, port int) error {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		conn, err := sandbox.DialContext(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+		if err == nil {
+			conn.Close()
+		}
+		return err
+	}
+	for _, port := range ports {
+		// Readiness does not say that the metrics server listens: it starts beside the health server.
+		if err := testenv.WaitFor(ctx, time.Minute, func(context.Context) (bool, error) {
+			err := dial(controlPlaneIPs[0], port)
+			return err == nil, err
+		}); err != nil {
+			t.Errorf("port %d on the pod's address: %v", port, err)
+		}
+		for _, other := range []string{"127.0.0.1", controlPlaneIPs[1]} {
+			if err := dial(other, port); err == nil {
+				t.Errorf("port %d also answers on %s", port, other)
+			}
+		}
 	}
 }

@@ -1,0 +1,150 @@
+package selfhostedshootexposure_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
+	ciliumv2alpha1 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2alpha1"
+	slimv1 "github.com/cilium/cilium/pkg/k8s/slim/k8s/apis/meta/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/network"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
+)
+
+// exposureObjects are the objects the extension builds for an exposure of the given name: announced by L2 or by BGP
+// with a peer of its own, in a pool apart from the suite's exposures.
+func exposureObjects(t *testing.T, name string, announcement exposure.Announcement) *resources.Objects {
+	t.Helper()
+	cfg := &exposure.ExposureConfig{Announcement: announcement, Pool: exposure.Pool{CIDRs: []string{"198.51.100.248/30"}}, L2: &exposure.L2{}}
+	if announcement == exposure.AnnouncementBGP {
+		cfg.L2 = nil
+		cfg.BGP = &exposure.BGP{LocalASN: new(int64(64512)), Peers: []exposure.BGPPeer{{Name: "tor", Address: "10.255.0.1", ASN: 64513}}}
+	}
+	objs, err := resources.Build(resources.Input{
+		Name: name, Namespace: "kube-system", Port: 443, Families: []network.Family{network.IPv4}, Config: cfg,
+		Endpoints: []extensionsv1alpha1.ControlPlaneEndpoint{{NodeName: "cp-0", Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.10"}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+// TestExtensionWritesOnlyExposureShapedObjects: with the extension's own identity, kube-apiserver lets through exactly
+// what the extension builds for an exposure (L2 and BGP; a short name, and one long enough that every name is
+// hashed), and refuses, by the chart's policy, what a thief of its token would write with the same labels: a slice for
+// kube-dns, a Service with external IPs or a selector or of another type or with an annotation of Cilium's, a Service
+// named kube-apiserver, the objects of an exposure outside kube-system, pools and L2 policies that select other
+// Services, an L2 policy announcing external IPs, BGP advertisements of other addresses, a BGP peer with another peer
+// config, and a peer config advertising every advertisement.
+func TestExtensionWritesOnlyExposureShapedObjects(t *testing.T) {
+	ctx := context.Background()
+	asExtension, err := env.ExtensionClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name         string
+		announcement exposure.Announcement
+	}{
+		{"confined-l2", exposure.AnnouncementL2},
+		{"confined-bgp", exposure.AnnouncementBGP},
+		{"confined-" + strings.Repeat("l", 50), exposure.AnnouncementL2},
+		{"confined-" + strings.Repeat("b", 50), exposure.AnnouncementBGP},
+	} {
+		all := exposureObjects(t, tc.name, tc.announcement).All()
+		for _, obj := range all {
+			if err := asExtension.Create(ctx, obj); err != nil {
+				t.Errorf("creating %T %s of exposure %s as the extension: %v", obj, obj.GetName(), tc.name, err)
+			}
+		}
+		for _, obj := range all {
+			if err := asExtension.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("deleting %T %s of exposure %s as the extension: %v", obj, obj.GetName(), tc.name, err)
+			}
+		}
+	}
+
+	l2 := exposureObjects(t, "stolen", exposure.AnnouncementL2)
+	bgp := exposureObjects(t, "stolen", exposure.AnnouncementBGP)
+	svc := func(change func(*corev1.Service)) client.Object { return changed(l2.Service, change) }
+	selectAll := &slimv1.LabelSelector{MatchExpressions: []slimv1.LabelSelectorRequirement{{Key: resources.SelectorKeyServiceName, Operator: slimv1.LabelSelectorOpExists}}}
+	selectKubeDNS := &slimv1.LabelSelector{MatchLabels: map[string]string{
+		resources.SelectorKeyServiceNamespace: "kube-system", resources.SelectorKeyServiceName: "kube-dns",
+		resources.LabelExposureName: "stolen", resources.LabelExposureNamespace: "kube-system",
+	}}
+	for what, obj := range map[string]client.Object{
+		"a slice of kube-dns": changed(l2.EndpointSlices[0], func(s *discoveryv1.EndpointSlice) {
+			s.Name, s.Labels[discoveryv1.LabelServiceName] = "kube-dns-stolen", "kube-dns"
+		}),
+		"a slice of the exposure's name for kube-dns": changed(l2.EndpointSlices[0], func(s *discoveryv1.EndpointSlice) {
+			s.Labels[discoveryv1.LabelServiceName] = "kube-dns"
+		}),
+		"a Service with external IPs": svc(func(s *corev1.Service) { s.Spec.ExternalIPs = []string{"198.51.100.250"} }),
+		"a Service with a selector":   svc(func(s *corev1.Service) { s.Spec.Selector = map[string]string{"k8s-app": "kube-dns"} }),
+		"a ClusterIP Service": svc(func(s *corev1.Service) {
+			s.Spec.Type, s.Spec.LoadBalancerClass, s.Spec.AllocateLoadBalancerNodePorts, s.Spec.ExternalTrafficPolicy = corev1.ServiceTypeClusterIP, nil, nil, ""
+		}),
+		"a Service of another class": svc(func(s *corev1.Service) { s.Spec.LoadBalancerClass = new("metallb") }),
+		"a Service with Cilium's global annotation": svc(func(s *corev1.Service) {
+			s.Annotations = map[string]string{"service.cilium.io/global": "true"}
+		}),
+		"a kube-apiserver Service": svc(func(s *corev1.Service) { s.Name = "kube-apiserver" }),
+		"a Service of an exposure outside kube-system": svc(func(s *corev1.Service) {
+			s.Labels[resources.LabelExposureNamespace] = "default"
+		}),
+		"a ConfigMap of another name": &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "coredns-custom", Labels: resources.Labels("stolen", "kube-system")}},
+		"a pool for every Service": changed(l2.Pool, func(p *ciliumv2.CiliumLoadBalancerIPPool) {
+			p.Spec.ServiceSelector = selectAll
+		}),
+		"a pool without a selector": changed(l2.Pool, func(p *ciliumv2.CiliumLoadBalancerIPPool) {
+			p.Spec.ServiceSelector = nil
+		}),
+		"an L2 policy for kube-dns": changed(l2.L2Policy, func(p *ciliumv2alpha1.CiliumL2AnnouncementPolicy) {
+			p.Spec.ServiceSelector = selectKubeDNS
+		}),
+		"an L2 policy announcing external IPs": changed(l2.L2Policy, func(p *ciliumv2alpha1.CiliumL2AnnouncementPolicy) {
+			p.Spec.ExternalIPs = true
+		}),
+		"a BGP advertisement of the pod CIDRs": changed(bgp.Advertisement, func(a *ciliumv2.CiliumBGPAdvertisement) {
+			a.Spec.Advertisements = []ciliumv2.BGPAdvertisement{{AdvertisementType: ciliumv2.BGPPodCIDRAdvert}}
+		}),
+		"a BGP advertisement of the Service's ClusterIP": changed(bgp.Advertisement, func(a *ciliumv2.CiliumBGPAdvertisement) {
+			a.Spec.Advertisements[0].Service.Addresses = []ciliumv2.BGPServiceAddressType{ciliumv2.BGPClusterIPAddr}
+		}),
+		"a BGP advertisement of another Service": changed(bgp.Advertisement, func(a *ciliumv2.CiliumBGPAdvertisement) {
+			a.Spec.Advertisements[0].Selector = selectKubeDNS
+		}),
+		"a BGP peer with another peer config": changed(bgp.ClusterConfig, func(c *ciliumv2.CiliumBGPClusterConfig) {
+			c.Spec.BGPInstances[0].Peers[0].PeerConfigRef = &ciliumv2.PeerConfigReference{Name: "someone-elses"}
+		}),
+		"a BGP peer config advertising every advertisement": changed(bgp.PeerConfigs[0], func(p *ciliumv2.CiliumBGPPeerConfig) {
+			p.Spec.Families[0].Advertisements = &slimv1.LabelSelector{}
+		}),
+	} {
+		err := asExtension.Create(ctx, obj)
+		if err == nil {
+			_ = env.Client.Delete(ctx, obj)
+		}
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "confine-writes") {
+			t.Errorf("%s, written as the extension: %v, want a refusal by the chart's policy", what, err)
+		}
+	}
+}
+
+// changed is a copy of obj with change applied.
+func changed[T client.Object](obj T, change func(T)) client.Object {
+	c := obj.DeepCopyObject().(T)
+	change(c)
+	return c
+}
