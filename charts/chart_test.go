@@ -507,3 +507,14 @@ func TestImagePinned(t *testing.T) {
 		t.Errorf("image %s with a digest", image)
 	}
 }
+
+// TestMemoryLimited: the extension's container has a memory limit, so that a flood of its webhook from the node
+// network, or a leak, ends in its own restart rather than in the control-plane node's memory.
+func TestMemoryLimited(t *testing.T) {
+	d := find[*appsv1.DaemonSet](render(t, selfHostedValues(t, fixtures.Shoot(true))))[0]
+	resources := d.Spec.Template.Spec.Containers[0].Resources
+	limit, request := resources.Limits.Memory(), resources.Requests.Memory()
+	if limit.IsZero() || request.IsZero() || limit.Cmp(*request) < 0 {
+		t.Errorf("memory request %s, limit %s: want both, the limit above the request", request, limit)
+	}
+}

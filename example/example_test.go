@@ -112,7 +112,7 @@ func TestProviderConfigs(t *testing.T) {
 				ProviderConfig: &runtime.RawExtension{Raw: raw},
 			}}},
 		}}}}}
-		if _, err := config.Load(nil, shoot); err != nil {
+		if _, err := config.Load(nil, shoot, config.Site{}); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
@@ -136,7 +136,7 @@ func TestShoots(t *testing.T) {
 				t.Fatal(err)
 			}
 			shoot := obj.(*gardencorev1beta1.Shoot)
-			loaded, err := config.Load(nil, shoot)
+			loaded, err := config.Load(nil, shoot, config.Site{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -30,6 +30,10 @@ const (
 	LabelKeyOperator = "io.cilium/app"
 	// LabelValueOperator marks the operator Deployment and its pods.
 	LabelValueOperator = "operator"
+	// LabelKeyPartOf with LabelValuePartOf marks every pod of the chart, the agent's, Envoy's and the operator's
+	// among them: the one label all three share.
+	LabelKeyPartOf   = "app.kubernetes.io/part-of"
+	LabelValuePartOf = "cilium"
 
 	// ConfigMapName is the agent and operator configuration (templates/cilium-configmap.yaml). It carries no labels.
 	ConfigMapName = "cilium-config"

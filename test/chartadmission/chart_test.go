@@ -192,6 +192,20 @@ func testChart(t *testing.T, rendered *ciliumchart.Objects) {
 	}
 	a := newAdmitter(t, append(selfHostedShoot(), rendered.Agent)...)
 
+	// The extension caches only the pods labelled as part of Cilium (cmd/.../app cacheScope): the agent's, Envoy's
+	// and the operator's must be.
+	for _, w := range rendered.Workloads() {
+		var labels map[string]string
+		switch o := w.(type) {
+		case *appsv1.DaemonSet:
+			labels = o.Spec.Template.Labels
+		case *appsv1.Deployment:
+			labels = o.Spec.Template.Labels
+		}
+		if labels[cilium.LabelKeyPartOf] != cilium.LabelValuePartOf {
+			t.Errorf("%s: its pods are labelled %v, without %s=%s", w.GetName(), labels, cilium.LabelKeyPartOf, cilium.LabelValuePartOf)
+		}
+	}
 	for _, w := range rendered.Workloads() {
 		mutated, ops := a.admit(w)
 		if ops == 0 {

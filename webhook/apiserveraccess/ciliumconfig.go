@@ -41,7 +41,7 @@ func completeForExposure(ctx context.Context, ciliumConfig *corev1.ConfigMap, sh
 	if !v1beta1helper.HasExtensionExposure(shoot) || v1beta1helper.SelfHostedShootExposureExtensionType(shoot) != exposureconfig.Type {
 		return
 	}
-	loaded, err := exposureconfig.Load(nil, shoot)
+	loaded, err := exposureconfig.Load(nil, shoot, exposureconfig.Site{})
 	if err != nil {
 		logf.FromContext(ctx).Info("Not completing cilium-config for the exposure: its configuration does not load", "error", err.Error())
 		return

@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -130,6 +131,9 @@ func (o *options) run(ctx context.Context) error {
 	options := o.manager.Completed().Options()
 	options.Scheme = scheme.New()
 	options.Cache.ByObject = cacheScope(o.webhooks.Server.Completed().Namespace)
+	// Nothing reads managed fields from the cache; with every Cilium pod of a large cluster cached, they would be much
+	// of the heap.
+	options.Cache.DefaultTransform = cache.TransformStripManagedFields()
 	// Its one MutatingWebhookConfiguration is read by name, so that RBAC can name it rather than grant list and watch
 	// on all of them.
 	options.Client.Cache = &client.CacheOptions{DisableFor: []client.Object{&admissionregistrationv1.MutatingWebhookConfiguration{}}}
@@ -207,7 +211,10 @@ func cacheScope(webhookNamespace string) map[client.Object]cache.ByObject {
 		&corev1.Service{}:            kubeSystem,
 		&discoveryv1.EndpointSlice{}: kubeSystem,
 		&appsv1.DaemonSet{}:          kubeSystem,
-		&corev1.Pod{}:                kubeSystem,
+		// Only Cilium's pods are read (re-pinning); a large cluster has thousands of them and as many others.
+		&corev1.Pod{}: {Namespaces: map[string]cache.Config{cilium.Namespace: {
+			LabelSelector: labels.SelectorFromSet(labels.Set{cilium.LabelKeyPartOf: cilium.LabelValuePartOf}),
+		}}},
 	}
 	if webhookNamespace != "" {
 		scope[&corev1.Secret{}] = cache.ByObject{Namespaces: map[string]cache.Config{webhookNamespace: {}}}

@@ -55,11 +55,13 @@ type actuator struct {
 	ingressWait, pollInterval time.Duration
 	// health probes the exposures' endpoints.
 	health *health.Registry
+	// procNet is where the routes of the extension's node are read (network.ProcNet).
+	procNet string
 }
 
 // NewActuator returns the actuator of SelfHostedShootExposures of type cilium.
 func NewActuator(c client.Client, reader client.Reader, recorder record.EventRecorder, owned lister, ingressWait time.Duration, probes *health.Registry) extensionsselfhostedshootexposure.Actuator {
-	return &actuator{client: c, reader: reader, recorder: recorder, owned: owned, ingressWait: ingressWait, pollInterval: 20 * time.Millisecond, health: probes}
+	return &actuator{client: c, reader: reader, recorder: recorder, owned: owned, ingressWait: ingressWait, pollInterval: 20 * time.Millisecond, health: probes, procNet: network.ProcNet}
 }
 
 // lister is what deleteOwned reads: kube-apiserver (a client.Reader) or the informers of ownedObjects.
@@ -70,7 +72,7 @@ type lister interface {
 // Reconcile applies the desired objects, removes those no longer desired, and returns the VIP once Cilium has
 // assigned it. Bad input fails before anything is applied or deleted.
 func (a *actuator) Reconcile(ctx context.Context, log logr.Logger, exp *extensionsv1alpha1.SelfHostedShootExposure, cluster *extensionscontroller.Cluster) ([]corev1.LoadBalancerIngress, error) {
-	loaded, err := config.Load(exp, cluster.Shoot)
+	loaded, err := config.Load(exp, cluster.Shoot, a.site(ctx, log))
 	if err != nil {
 		return nil, err
 	}
@@ -291,4 +293,28 @@ func (a *actuator) deleteOwned(ctx context.Context, exp *extensionsv1alpha1.Self
 		}
 	}
 	return nil
+}
+
+// site is what the extension sees of the nodes' network: every Node's InternalIP and ExternalIP, and the gateways of
+// its own node's default routes (it runs in the host network of a control-plane node). What cannot be read is left
+// out of the validation, never made an error of the exposure.
+func (a *actuator) site(ctx context.Context, log logr.Logger) config.Site {
+	var site config.Site
+	nodes := &corev1.NodeList{}
+	if err := a.client.List(ctx, nodes); err != nil {
+		log.Error(err, "Listing the Nodes for the validation of the exposure's addresses")
+	}
+	for _, n := range nodes.Items {
+		for _, addr := range n.Status.Addresses {
+			if ip, err := netip.ParseAddr(addr.Address); err == nil && (addr.Type == corev1.NodeInternalIP || addr.Type == corev1.NodeExternalIP) {
+				site.NodeAddresses = append(site.NodeAddresses, ip.Unmap())
+			}
+		}
+	}
+	gateways, err := network.DefaultGateways(a.procNet)
+	if err != nil {
+		log.Error(err, "Reading the node's default gateways for the validation of the exposure's addresses")
+	}
+	site.Gateways = gateways
+	return site
 }

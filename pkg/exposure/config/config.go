@@ -65,8 +65,17 @@ type Exposure struct {
 	Families []network.Family
 }
 
-// Load finds, decodes (strictly) and validates the exposure configuration. Every error names the field at fault.
-func Load(exp *extensionsv1alpha1.SelfHostedShootExposure, shoot *gardencorev1beta1.Shoot) (*Exposure, error) {
+// Site is what the extension knows of the shoot's network beyond the Shoot and the exposure, for validation.
+type Site struct {
+	// NodeAddresses are the addresses of the cluster's Nodes, workers included.
+	NodeAddresses []netip.Addr
+	// Gateways are the gateways of the default routes of the extension's own node (network.DefaultGateways).
+	Gateways []netip.Addr
+}
+
+// Load finds, decodes (strictly) and validates the exposure configuration, on site as far as it is known. Every error
+// names the field at fault.
+func Load(exp *extensionsv1alpha1.SelfHostedShootExposure, shoot *gardencorev1beta1.Shoot, site Site) (*Exposure, error) {
 	raw, path := Raw(exp, shoot)
 	if raw == nil {
 		return nil, field.Required(path, "the cilium exposure needs a providerConfig with at least `pool` (apiVersion: "+
@@ -77,6 +86,8 @@ func Load(exp *extensionsv1alpha1.SelfHostedShootExposure, shoot *gardencorev1be
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	env := Environment(exp, shoot)
+	env.NodeAddresses = append(env.NodeAddresses, site.NodeAddresses...)
+	env.Gateways = site.Gateways
 	if errs := validation.ValidateExposureConfig(cfg, env, path); len(errs) > 0 {
 		return nil, errs.ToAggregate()
 	}

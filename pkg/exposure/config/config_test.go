@@ -42,7 +42,7 @@ func exposureWith(providerConfig string) *extensionsv1alpha1.SelfHostedShootExpo
 var ipv4 = []gardencorev1beta1.IPFamily{gardencorev1beta1.IPFamilyIPv4}
 
 func TestLoadDefaults(t *testing.T) {
-	loaded, err := Load(exposureWith(""), shoot(ipv4, header+`"pool":{"cidrs":["203.0.113.10/32"]}}`))
+	loaded, err := Load(exposureWith(""), shoot(ipv4, header+`"pool":{"cidrs":["203.0.113.10/32"]}}`), Site{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestLoadDefaults(t *testing.T) {
 
 func TestLoadPrefersTheExposuresProviderConfig(t *testing.T) {
 	loaded, err := Load(exposureWith(header+`"announcement":"BGP","pool":{"cidrs":["203.0.113.0/28"]},"bgp":{"clusterConfigName":"dc"}}`),
-		shoot(ipv4, header+`"pool":{"cidrs":["198.51.100.0/28"]}}`))
+		shoot(ipv4, header+`"pool":{"cidrs":["198.51.100.0/28"]}}`), Site{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestLoadErrorsNameTheField(t *testing.T) {
 		"BGP AS_TRANS":            {header + `"announcement":"BGP","pool":{"cidrs":["203.0.113.0/28"]},"bgp":{"localASN":23456,"peers":[` + bgpPeer + `]}}`, "", ipv4, "spec.providerConfig.bgp.localASN: Invalid value: 23456: is AS_TRANS"},
 		"BGP reserved peer ASN":   {header + `"announcement":"BGP","pool":{"cidrs":["203.0.113.0/28"]},"bgp":{"localASN":64512,"peers":[{"name":"tor","address":"10.0.0.1","asn":4294967295}]}}`, "", ipv4, "spec.providerConfig.bgp.peers[0].asn: Invalid value: 4294967295: is reserved"},
 	} {
-		_, err := Load(exposureWith(tc.exposureConfig), shoot(tc.families, tc.shootConfig))
+		_, err := Load(exposureWith(tc.exposureConfig), shoot(tc.families, tc.shootConfig), Site{})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v\n  want one containing %q", name, err, tc.want)
 		}

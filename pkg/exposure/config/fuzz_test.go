@@ -46,7 +46,7 @@ func FuzzLoad(f *testing.F) {
 		exp := &extensionsv1alpha1.SelfHostedShootExposure{}
 		exp.Name, exp.Namespace, exp.Spec.Port, exp.Spec.Endpoints = "fuzz", "kube-system", 443, endpoints
 		exp.Spec.ProviderConfig = &runtime.RawExtension{Raw: raw}
-		loaded, err := Load(exp, shoot)
+		loaded, err := Load(exp, shoot, Site{})
 		if err != nil {
 			return
 		}

@@ -2,6 +2,7 @@ package config
 
 import (
 	"maps"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -31,25 +32,32 @@ func exposureOnNodes() *extensionsv1alpha1.SelfHostedShootExposure {
 }
 
 func TestLoadRejectsPoolsThatCannotHoldTheVIP(t *testing.T) {
+	// The site as the actuator sees it: a worker at 10.0.2.20 and the node network's router at 10.0.0.1.
+	site := Site{NodeAddresses: []netip.Addr{netip.MustParseAddr("10.0.2.20")}, Gateways: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}
 	for name, tc := range map[string]struct {
 		config string
 		want   string
 	}{
-		"every address":           {`"pool":{"cidrs":["0.0.0.0/0"]}`, `pool.cidrs[0]: Invalid value: "0.0.0.0/0": covers every address`},
-		"every IPv6 address":      {`"pool":{"cidrs":["203.0.113.0/28","::/0"]}`, `pool.cidrs[1]: Invalid value: "::/0": covers every address`},
-		"loopback":                {`"pool":{"cidrs":["127.0.0.10/32"]}`, `pool.cidrs[0]: Invalid value: "127.0.0.10/32": overlaps the loopback range 127.0.0.0/8`},
-		"IPv6 loopback":           {`"pool":{"cidrs":["203.0.113.0/28","::1/128"]}`, "overlaps the loopback address ::1"},
-		"multicast":               {`"pool":{"cidrs":["239.1.1.0/24"]}`, "overlaps the multicast range 224.0.0.0/4"},
-		"IPv6 multicast":          {`"pool":{"cidrs":["203.0.113.0/28","ff02::/64"]}`, "overlaps the multicast range ff00::/8"},
-		"link-local":              {`"pool":{"cidrs":["169.254.10.0/24"]}`, "overlaps the link-local range 169.254.0.0/16"},
-		"IPv6 link-local":         {`"pool":{"cidrs":["203.0.113.0/28","fe80::/64"]}`, "overlaps the link-local range fe80::/10"},
-		"this network":            {`"pool":{"cidrs":["0.0.0.0/32"]}`, `overlaps the "this network" range 0.0.0.0/8`},
-		"broadcast":               {`"pool":{"ranges":[{"start":"255.255.255.250","stop":"255.255.255.255"}]}`, "pool.ranges[0]"},
-		"range in loopback":       {`"pool":{"ranges":[{"start":"126.255.255.250","stop":"127.0.0.1"}]}`, "pool.ranges[0]: Invalid value"},
-		"pod network":             {`"pool":{"cidrs":["100.64.10.0/28"]}`, "overlaps the shoot's network 100.64.0.0/12 (shoot.spec.networking.pods)"},
-		"service network":         {`"pool":{"ranges":[{"start":"100.103.255.250","stop":"100.104.0.5"}]}`, "overlaps the shoot's network 100.104.0.0/13 (shoot.spec.networking.services)"},
-		"node network, unpinned":  {`"pool":{"cidrs":["10.0.200.0/28"]}`, "overlaps the node network 10.0.0.0/16 (shoot.spec.networking.nodes): pin the VIP with loadBalancerIPs"},
-		"a node's address pinned": {`"pool":{"cidrs":["10.0.1.0/28"]},"loadBalancerIPs":["10.0.1.11"]`, `loadBalancerIPs[0]: Invalid value: "10.0.1.11": is a control-plane node's own address`},
+		"every address":             {`"pool":{"cidrs":["0.0.0.0/0"]}`, `pool.cidrs[0]: Invalid value: "0.0.0.0/0": covers every address`},
+		"every IPv6 address":        {`"pool":{"cidrs":["203.0.113.0/28","::/0"]}`, `pool.cidrs[1]: Invalid value: "::/0": covers every address`},
+		"loopback":                  {`"pool":{"cidrs":["127.0.0.10/32"]}`, `pool.cidrs[0]: Invalid value: "127.0.0.10/32": overlaps the loopback range 127.0.0.0/8`},
+		"IPv6 loopback":             {`"pool":{"cidrs":["203.0.113.0/28","::1/128"]}`, "overlaps the loopback address ::1"},
+		"multicast":                 {`"pool":{"cidrs":["239.1.1.0/24"]}`, "overlaps the multicast range 224.0.0.0/4"},
+		"IPv6 multicast":            {`"pool":{"cidrs":["203.0.113.0/28","ff02::/64"]}`, "overlaps the multicast range ff00::/8"},
+		"link-local":                {`"pool":{"cidrs":["169.254.10.0/24"]}`, "overlaps the link-local range 169.254.0.0/16"},
+		"IPv6 link-local":           {`"pool":{"cidrs":["203.0.113.0/28","fe80::/64"]}`, "overlaps the link-local range fe80::/10"},
+		"this network":              {`"pool":{"cidrs":["0.0.0.0/32"]}`, `overlaps the "this network" range 0.0.0.0/8`},
+		"broadcast":                 {`"pool":{"ranges":[{"start":"255.255.255.250","stop":"255.255.255.255"}]}`, "pool.ranges[0]"},
+		"range in loopback":         {`"pool":{"ranges":[{"start":"126.255.255.250","stop":"127.0.0.1"}]}`, "pool.ranges[0]: Invalid value"},
+		"pod network":               {`"pool":{"cidrs":["100.64.10.0/28"]}`, "overlaps the shoot's network 100.64.0.0/12 (shoot.spec.networking.pods)"},
+		"service network":           {`"pool":{"ranges":[{"start":"100.103.255.250","stop":"100.104.0.5"}]}`, "overlaps the shoot's network 100.104.0.0/13 (shoot.spec.networking.services)"},
+		"node network, unpinned":    {`"pool":{"cidrs":["10.0.200.0/28"]}`, "overlaps the node network 10.0.0.0/16 (shoot.spec.networking.nodes): pin the VIP with loadBalancerIPs"},
+		"a node's address pinned":   {`"pool":{"cidrs":["10.0.1.0/28"]},"loadBalancerIPs":["10.0.1.11"]`, `loadBalancerIPs[0]: Invalid value: "10.0.1.11": is a node's own address`},
+		"a worker's address pinned": {`"pool":{"cidrs":["10.0.2.16/28"]},"loadBalancerIPs":["10.0.2.20"]`, `loadBalancerIPs[0]: Invalid value: "10.0.2.20": is a node's own address`},
+		"the gateway pinned": {`"pool":{"cidrs":["10.0.0.0/28"]},"loadBalancerIPs":["10.0.0.1"]`,
+			`loadBalancerIPs[0]: Invalid value: "10.0.0.1": is the gateway of the node network`},
+		"a pool holding the gateway": {`"pool":{"ranges":[{"start":"10.0.0.1","stop":"10.0.0.1"}]}`, "holds the node network's gateway 10.0.0.1"},
+		"a pool holding a worker":    {`"pool":{"cidrs":["10.0.2.20/32"]}`, "holds the node address 10.0.2.20"},
 		"node network's broadcast": {`"pool":{"cidrs":["10.0.255.255/32"]},"loadBalancerIPs":["10.0.255.255"]`,
 			"is the network or broadcast address of the node network 10.0.0.0/16"},
 		"node network's address": {`"pool":{"cidrs":["10.0.0.0/30"]},"loadBalancerIPs":["10.0.0.0"]`, "is the network or broadcast address"},
@@ -60,7 +68,7 @@ func TestLoadRejectsPoolsThatCannotHoldTheVIP(t *testing.T) {
 			`"advertisementLabels":{"app.kubernetes.io/managed-by":"me"}}`, "orphan the advertisement"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := Load(exposureOnNodes(), shootWithNetworks(header+tc.config+"}"))
+			_, err := Load(exposureOnNodes(), shootWithNetworks(header+tc.config+"}"), site)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %v\n  want one containing %q", err, tc.want)
 			}
@@ -77,7 +85,7 @@ func TestLoadAcceptsVIPsOnTheNodeSegment(t *testing.T) {
 		"owner labels untouched by advertisement": `"announcement":"BGP","pool":{"cidrs":["203.0.113.0/28"]},"bgp":{"clusterConfigName":"dc","advertisementLabels":{"tier":"apiserver"}}`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, err := Load(exposureOnNodes(), shootWithNetworks(header+config+"}")); err != nil {
+			if _, err := Load(exposureOnNodes(), shootWithNetworks(header+config+"}"), Site{}); err != nil {
 				t.Error(err)
 			}
 		})
@@ -129,7 +137,7 @@ func TestCheckPrerequisites(t *testing.T) {
 		}(), "set it to false"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			loaded, err := Load(nil, tc.shoot)
+			loaded, err := Load(nil, tc.shoot, Site{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -147,7 +155,7 @@ func TestCheckPrerequisites(t *testing.T) {
 
 func TestL2LeaseTimingsLeaveTheNetworkConfigsOwn(t *testing.T) {
 	s := shootWithNetworks(header + `"pool":{"cidrs":["203.0.113.0/28"]}}`)
-	loaded, err := Load(nil, s)
+	loaded, err := Load(nil, s, Site{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1beta1helper "github.com/gardener/gardener/pkg/api/core/v1beta1/helper"
@@ -73,11 +74,11 @@ func runExtensionPod(t *testing.T) {
 	})
 }
 
-// TestUnreadyEndpointsAreTakenOut: the exposure publishes the three control-plane nodes as ready while their
-// kube-apiservers answer /readyz. When one stops answering, exactly that endpoint is published not ready and not
-// serving, and the condition names it; when it answers again, it is back. When all stop, all stay published and the
-// condition says that the probes fail. Deleting the exposure stops its probes: no connection stays open.
-func TestUnreadyEndpointsAreTakenOut(t *testing.T) {
+// exposureOfExtensionPod hands the exposure controller to the extension run as its chart's pod on cp-0, with Cilium's
+// configuration as Gardener's chart makes it, and returns the exposure gardenadm would create for the nodes, not yet
+// created.
+func exposureOfExtensionPod(t *testing.T, name string) *extensionsv1alpha1.SelfHostedShootExposure {
+	t.Helper()
 	ctx := context.Background()
 	if err := ciliumchart.CreateGardenerConfig(ctx, env.Client); err != nil {
 		t.Fatal(err)
@@ -91,7 +92,16 @@ func TestUnreadyEndpointsAreTakenOut(t *testing.T) {
 	for i := range nodes.Items {
 		items = append(items, &nodes.Items[i])
 	}
-	exp := fixtures.Exposure("bare-metal", items)
+	return fixtures.Exposure(name, items)
+}
+
+// TestUnreadyEndpointsAreTakenOut: the exposure publishes the three control-plane nodes as ready while their
+// kube-apiservers answer /readyz. When one stops answering, exactly that endpoint is published not ready and not
+// serving, and the condition names it; when it answers again, it is back. When all stop, all stay published and the
+// condition says that the probes fail. Deleting the exposure stops its probes: no connection stays open.
+func TestUnreadyEndpointsAreTakenOut(t *testing.T) {
+	ctx := context.Background()
+	exp := exposureOfExtensionPod(t, "bare-metal")
 	if err := env.Client.Create(ctx, exp); err != nil {
 		t.Fatal(err)
 	}
@@ -188,5 +198,31 @@ func TestPodServesOnItsOwnAddress(t *testing.T) {
 				t.Errorf("port %d also answers on %s", port, other)
 			}
 		}
+	}
+}
+
+// TestVIPAtTheGatewayIsRefused: the extension, run as its chart's pod on cp-0, reads the node's default route; an
+// exposure that pins its VIP to that route's gateway (its announcer would answer ARP for the router) fails with an
+// error naming the field, and nothing is applied.
+func TestVIPAtTheGatewayIsRefused(t *testing.T) {
+	ctx := context.Background()
+	exp := exposureOfExtensionPod(t, "at-the-gateway")
+	exp.Spec.ProviderConfig = &runtime.RawExtension{Raw: []byte(`{"apiVersion":"cilium-selfhosted.extensions.gardener.cloud/v1alpha1","kind":"ExposureConfig",` +
+		`"announcement":"L2","pool":{"cidrs":["` + gateway + `/32"]},"loadBalancerIPs":["` + gateway + `"]}`)}
+	if err := env.Client.Create(ctx, exp); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), exp) })
+	want := `loadBalancerIPs[0]: Invalid value: "` + gateway + `": is the gateway of the node network`
+	if err := testenv.WaitFor(ctx, time.Minute, func(ctx context.Context) (bool, error) {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(exp), exp); err != nil {
+			return false, err
+		}
+		return exp.Status.LastError != nil && strings.Contains(exp.Status.LastError.Description, want), nil
+	}); err != nil {
+		t.Fatalf("lastError %+v, want one containing %q: %v", exp.Status.LastError, want, err)
+	}
+	if owned, err := env.Owned(ctx, exp.Namespace, exp.Name); err != nil || len(owned) != 0 {
+		t.Errorf("objects applied for the refused exposure: %v (%v)", owned, err)
 	}
 }

@@ -26,6 +26,12 @@ var (
 	controlPlaneIPs = []string{"10.0.20.1", "10.0.20.2", "10.0.20.3"}
 )
 
+// uplinkAddress and gateway are the node's address in the node network and the network's router, on its uplink.
+const (
+	uplinkAddress = "10.0.20.100/24"
+	gateway       = "10.0.20.254"
+)
+
 func TestMain(m *testing.M) {
 	if err := testenv.Check(testenv.Root, ciliumchart.GardenerChart); err != nil {
 		os.Exit(testenv.CannotRun(err))
@@ -59,6 +65,19 @@ func setup(ctx context.Context, e *testenv.Env) (func(), error) {
 	cleanup := func() {
 		sandbox.Close()
 		stopFakes()
+	}
+	// The node's uplink, as a bare-metal node has one: its address in the node network and the default route through
+	// the network's router. A veth whose peer stays down in the same namespace, so that whatever is routed there is
+	// dropped and never leaves.
+	for _, args := range [][]string{
+		{"link", "add", "uplink", "type", "veth", "peer", "name", "uplink-peer"}, {"addr", "add", uplinkAddress, "dev", "uplink"},
+		{"link", "set", "uplink", "up"},
+		{"route", "add", "default", "via", gateway, "dev", "uplink"},
+	} {
+		if err := sandbox.IP(args...); err != nil {
+			cleanup()
+			return nil, err
+		}
 	}
 	for i, ip := range controlPlaneIPs {
 		if err := e.SetInternalIP(ctx, "cp-"+strconv.Itoa(i), ip); err != nil {

@@ -27,8 +27,11 @@ type Environment struct {
 	Families []network.Family
 	// Networks are the shoot's node, pod and service networks (spec.networking).
 	Networks []Network
-	// NodeAddresses are the control-plane nodes' addresses (the exposure's spec.endpoints), when known.
+	// NodeAddresses are the nodes' addresses (the exposure's spec.endpoints and the cluster's Nodes), when known.
 	NodeAddresses []netip.Addr
+	// Gateways are the gateways of the default routes of the extension's own node, when known: the node network's
+	// router, which Kubernetes and the Shoot name nowhere.
+	Gateways []netip.Addr
 	// ReservedLabels are label keys the extension sets on its own objects.
 	ReservedLabels []string
 }
@@ -117,7 +120,11 @@ func ValidateExposureConfig(cfg *exposure.ExposureConfig, env Environment, fldPa
 		}
 		seen.Insert(network.FamilyOf(addr))
 		if slices.Contains(env.NodeAddresses, addr) {
-			allErrs = append(allErrs, field.Invalid(p, ip, "is a control-plane node's own address: the VIP must be an address no node has"))
+			allErrs = append(allErrs, field.Invalid(p, ip, "is a node's own address: the VIP must be an address no node has"))
+		}
+		if slices.Contains(env.Gateways, addr) {
+			allErrs = append(allErrs, field.Invalid(p, ip, "is the gateway of the node network (the default route of the extension's node): "+
+				"the VIP's announcer would take the router's address over"))
 		}
 		for _, n := range env.Networks {
 			if n.Nodes && addr.Is4() && n.Prefix.Bits() < 31 && (addr == n.Prefix.Masked().Addr() || addr == lastAddr(n.Prefix)) {
@@ -168,9 +175,16 @@ func validatePoolPlacement(cfg *exposure.ExposureConfig, pool network.Pool, env 
 			}
 		}
 		if len(cfg.LoadBalancerIPs) == 0 {
+			holds := func(a netip.Addr) bool { return a.Is4() == b.first.Is4() && !a.Less(b.first) && !b.last.Less(a) }
 			for _, a := range env.NodeAddresses {
-				if a.Is4() == b.first.Is4() && !a.Less(b.first) && !b.last.Less(a) {
-					allErrs = append(allErrs, field.Invalid(b.path, b.value, fmt.Sprintf("holds the control-plane node address %s, which LB-IPAM could hand out: "+
+				if holds(a) {
+					allErrs = append(allErrs, field.Invalid(b.path, b.value, fmt.Sprintf("holds the node address %s, which LB-IPAM could hand out: "+
+						"leave it out of the pool or pin the VIP with loadBalancerIPs", a)))
+				}
+			}
+			for _, a := range env.Gateways {
+				if holds(a) {
+					allErrs = append(allErrs, field.Invalid(b.path, b.value, fmt.Sprintf("holds the node network's gateway %s, which LB-IPAM could hand out: "+
 						"leave it out of the pool or pin the VIP with loadBalancerIPs", a)))
 				}
 			}
