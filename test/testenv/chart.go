@@ -83,6 +83,10 @@ func Forbidden(log string) []string {
 // rbacRefusal is how kube-apiserver's RBAC authorizer words a refusal (plugin/pkg/auth/authorizer/rbac).
 var rbacRefusal = regexp.MustCompile(`cannot (\w+) resource \\?"([^"\\]+)\\?" in API group \\?"([^"\\]*)\\?"(?: in the namespace \\?"([^"\\]+)\\?")?`)
 
+// refusedName is the name of the object in a refusal of a request for one object, or of a list or watch by its name
+// (apimachinery's NewForbidden: <resource> "<name>" is forbidden), which RBAC judges by resourceNames.
+var refusedName = regexp.MustCompile(`\\?"([^"\\]+)\\?" is forbidden: User`)
+
 // StillForbidden keeps the lines of Forbidden whose RBAC refusal the chart's RBAC still makes, by a
 // SubjectAccessReview for the extension's ServiceAccount now. A kube-apiserver that has just restarted (RestartAPIServer)
 // refuses requests until its authorizer's informers have synced, while it already listens: those refusals are its, not
@@ -96,11 +100,15 @@ func (e *Env) StillForbidden(ctx context.Context, lines []string) []string {
 			continue
 		}
 		resource, subresource, _ := strings.Cut(m[2], "/")
+		var name string
+		if n := refusedName.FindStringSubmatch(line); n != nil {
+			name = n[1]
+		}
 		review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 			User:   "system:serviceaccount:" + ExtensionNamespace + ":" + ServiceAccountName,
 			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ExtensionNamespace, "system:authenticated"},
 			ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Verb: m[1], Resource: resource, Subresource: subresource, Group: m[3], Namespace: m[4],
+				Verb: m[1], Resource: resource, Subresource: subresource, Group: m[3], Namespace: m[4], Name: name,
 			},
 		}}
 		if err := e.Client.Create(ctx, review); err != nil || !review.Status.Allowed {

@@ -7,6 +7,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -174,4 +175,56 @@ func TestCARotation(t *testing.T) {
 	if cas := webhookCAs(ctx, t); len(cas) != 2 {
 		t.Errorf("%d webhook CA secrets after the rotation, want the new one and the old one kept for the bundle", len(cas))
 	}
+}
+
+// TestWebhookConfigurationOfAnOlderVersionIsReplaced: the extension's MutatingWebhookConfiguration as an older version
+// might have left it, with a webhook under a name no longer used that calls another path and fails closed, and another
+// webhook's timeout changed, is a shape the chart's policy would refuse the extension to write. When the extension
+// starts, Gardener's certificate management overwrites the webhooks whole (extensions/pkg/webhook OverwriteWebhooks
+// with the desired configuration, in the certificates reconciler at start), which the policy lets through: afterwards
+// the configuration holds exactly the extension's webhooks again, and admission works.
+func TestWebhookConfigurationOfAnOlderVersionIsReplaced(t *testing.T) {
+	ctx := context.Background()
+	rendered, err := ciliumchart.Render(version, ciliumchart.Values(version))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: testenv.WebhookConfigName}, mwc); err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, w := range mwc.Webhooks {
+		want = append(want, w.Name)
+	}
+	obsolete := mwc.Webhooks[0].DeepCopy()
+	obsolete.Name = "cilium-pods.cilium-selfhosted.extensions.gardener.cloud"
+	obsolete.FailurePolicy = new(admissionregistrationv1.Fail)
+	if obsolete.ClientConfig.URL != nil {
+		obsolete.ClientConfig.URL = new(strings.TrimSuffix(*obsolete.ClientConfig.URL, "/"+strings.Split(mwc.Webhooks[0].Name, ".")[0]) + "/cilium-pods")
+	}
+	mwc.Webhooks = append(mwc.Webhooks, *obsolete)
+	mwc.Webhooks[1].TimeoutSeconds = new(int32(10))
+	if err := env.Client.Update(ctx, mwc); err != nil {
+		t.Fatalf("writing the older version's configuration as a cluster admin: %v", err)
+	}
+	if err := env.RestartExtension(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := testenv.WaitFor(ctx, 90*time.Second, func(ctx context.Context) (bool, error) {
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: testenv.WebhookConfigName}, mwc); err != nil {
+			return false, err
+		}
+		var got []string
+		for _, w := range mwc.Webhooks {
+			if *w.FailurePolicy != admissionregistrationv1.Ignore || *w.TimeoutSeconds != 5 {
+				return false, fmt.Errorf("webhook %s fails %s after %ds", w.Name, *w.FailurePolicy, *w.TimeoutSeconds)
+			}
+			got = append(got, w.Name)
+		}
+		return slices.Equal(got, want), fmt.Errorf("webhooks %v, want %v", got, want)
+	}); err != nil {
+		t.Fatalf("the older configuration was not replaced: %v", err)
+	}
+	waitUntilMutating(t, rendered.Agent)
 }
