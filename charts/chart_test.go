@@ -19,9 +19,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	extensionscmdcontroller "github.com/gardener/gardener/extensions/pkg/controller/cmd"
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/charts"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/cmd/gardener-extension-cilium-selfhosted/app"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/managedresourceretry"
@@ -516,5 +518,51 @@ func TestMemoryLimited(t *testing.T) {
 	limit, request := resources.Limits.Memory(), resources.Requests.Memory()
 	if limit.IsZero() || request.IsZero() || limit.Cmp(*request) < 0 {
 		t.Errorf("memory request %s, limit %s: want both, the limit above the request", request, limit)
+	}
+}
+
+// TestLeaseNamed: the extension may read and renew only its own leader election lease, under the name it campaigns
+// for.
+func TestLeaseNamed(t *testing.T) {
+	var named []string
+	for _, r := range find[*rbacv1.Role](render(t, selfHostedValues(t, fixtures.Shoot(true)))) {
+		for _, rule := range r.Rules {
+			if !slices.Contains(rule.Resources, "leases") || r.Namespace != namespace {
+				continue
+			}
+			if slices.Contains(rule.Verbs, "get") || slices.Contains(rule.Verbs, "update") {
+				named = append(named, rule.ResourceNames...)
+				if len(rule.ResourceNames) == 0 {
+					t.Errorf("Role %s reads or renews every lease of its namespace: %+v", r.Name, rule)
+				}
+			}
+		}
+	}
+	if want := extensionscmdcontroller.LeaderElectionNameID(app.ExtensionName); !slices.Equal(named, []string{want}) {
+		t.Errorf("leases named %v, want %s", named, want)
+	}
+}
+
+// TestPoolBlocksConfinedWhenTheOperatorSaysSo: with exposurePoolCIDRs set, the writes policy checks every pool block
+// against those CIDRs; unset, it holds no such check.
+func TestPoolBlocksConfinedWhenTheOperatorSaysSo(t *testing.T) {
+	checks := func(values map[string]any) bool {
+		for _, p := range find[*admissionregistrationv1.ValidatingAdmissionPolicy](render(t, values)) {
+			if strings.HasSuffix(p.Name, "-confine-writes") {
+				return slices.ContainsFunc(p.Spec.Validations, func(v admissionregistrationv1.Validation) bool {
+					return strings.Contains(v.Expression, `["203.0.113.0/24"]`) && strings.Contains(v.Expression, "containsCIDR")
+				})
+			}
+		}
+		t.Fatal("no policy confines the extension's writes")
+		return false
+	}
+	values := selfHostedValues(t, fixtures.Shoot(true))
+	if checks(values) {
+		t.Error("pool blocks are checked without exposurePoolCIDRs")
+	}
+	values["exposurePoolCIDRs"] = []any{"203.0.113.0/24"}
+	if !checks(values) {
+		t.Error("pool blocks are not checked against exposurePoolCIDRs")
 	}
 }

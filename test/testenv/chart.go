@@ -42,6 +42,9 @@ func (e *Env) InstallChart(ctx context.Context, webhookURL string) (string, erro
 	// envtest's kube-apiserver cannot route to a Service: it reaches the webhook server at a URL, which the chart then
 	// names in place of its Service.
 	values["webhookConfig"] = map[string]any{"url": webhookURL}
+	// As an operator sets it in the ControllerDeployment's values: every pool of the suites, the demo and the bench lies
+	// in these ranges, so that all of them run with the policy's check of the pools on.
+	values["exposurePoolCIDRs"] = ExposurePoolCIDRs
 	rendered, err := renderChart(values)
 	if err != nil {
 		return "", err
@@ -127,6 +130,10 @@ func (e *Env) ExtensionClient() (client.Client, error) {
 	}
 	return client.New(config, client.Options{Scheme: e.Client.Scheme()})
 }
+
+// ExposurePoolCIDRs are the blocks the exposures' pools may take where InstallChart installs the chart: the ranges for
+// documentation (RFC 5737, RFC 3849) and for benchmarks (RFC 2544), which no packet of the suites leaves the machine for.
+var ExposurePoolCIDRs = []string{"203.0.113.0/24", "198.51.100.0/24", "198.18.0.0/15", "2001:db8::/32"}
 
 // RegistrationName is the name of the extension's ControllerRegistration (example/controller-registration.yaml):
 // gardenlet renders the chart as release <name> into namespace extension-<name> and stores it as the ManagedResource

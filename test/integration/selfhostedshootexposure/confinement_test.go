@@ -45,7 +45,7 @@ func exposureObjects(t *testing.T, name string, announcement exposure.Announceme
 // hashed), and refuses, by the chart's policy, what a thief of its token would write with the same labels: a slice for
 // kube-dns, a Service with external IPs or a selector or of another type or with an annotation of Cilium's, a Service
 // named kube-apiserver, the objects of an exposure outside kube-system, pools and L2 policies that select other
-// Services, an L2 policy announcing external IPs, BGP advertisements of other addresses, a BGP peer with another peer
+// Services, pools outside the blocks the operator allows (exposurePoolCIDRs, set as testenv.InstallChart sets it), an L2 policy announcing external IPs, BGP advertisements of other addresses, a BGP peer with another peer
 // config, and a peer config advertising every advertisement.
 func TestExtensionWritesOnlyExposureShapedObjects(t *testing.T) {
 	ctx := context.Background()
@@ -109,6 +109,12 @@ func TestExtensionWritesOnlyExposureShapedObjects(t *testing.T) {
 		}),
 		"a pool without a selector": changed(l2.Pool, func(p *ciliumv2.CiliumLoadBalancerIPPool) {
 			p.Spec.ServiceSelector = nil
+		}),
+		"a pool outside the operator's exposurePoolCIDRs": changed(l2.Pool, func(p *ciliumv2.CiliumLoadBalancerIPPool) {
+			p.Spec.Blocks = []ciliumv2.CiliumLoadBalancerIPPoolIPBlock{{Cidr: "10.0.0.1/32"}}
+		}),
+		"a pool range reaching outside the operator's exposurePoolCIDRs": changed(l2.Pool, func(p *ciliumv2.CiliumLoadBalancerIPPool) {
+			p.Spec.Blocks = []ciliumv2.CiliumLoadBalancerIPPoolIPBlock{{Start: "203.0.113.250", Stop: "203.0.114.1"}}
 		}),
 		"an L2 policy for kube-dns": changed(l2.L2Policy, func(p *ciliumv2alpha1.CiliumL2AnnouncementPolicy) {
 			p.Spec.ServiceSelector = selectKubeDNS
