@@ -57,6 +57,12 @@ func NewLimiter(limits Limits) *Limiter {
 // Handler holds hook to the limits.
 func (s *Limiter) Handler(hook http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Deadlines on the connection, not a context: reading the body is what a slow caller stretches, and only a
+		// read deadline ends a read that blocks. One from the start, so that not even the answer to a caller who gets
+		// no slot (net/http reads what is left of its body) waits on it for longer.
+		rc := http.NewResponseController(w)
+		_ = rc.SetReadDeadline(time.Now().Add(2 * s.limits.ReadTimeout))
+		_ = rc.SetWriteDeadline(time.Now().Add(2*s.limits.ReadTimeout + s.limits.HandleTimeout))
 		// A caller that gave up while waiting is not noticed (net/http watches the connection only once the body has
 		// been read): the wait is bounded instead.
 		wait := time.NewTimer(s.limits.ReadTimeout)
@@ -70,9 +76,6 @@ func (s *Limiter) Handler(hook http.Handler) http.Handler {
 			return
 		}
 		defer func() { <-s.slots }()
-		// Deadlines on the connection, not a context: reading the body is what a slow caller stretches, and only a
-		// read deadline ends a read that blocks.
-		rc := http.NewResponseController(w)
 		start := time.Now()
 		_ = rc.SetReadDeadline(start.Add(s.limits.ReadTimeout))
 		_ = rc.SetWriteDeadline(start.Add(s.limits.ReadTimeout + s.limits.HandleTimeout))

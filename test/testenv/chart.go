@@ -45,6 +45,7 @@ func (e *Env) InstallChart(ctx context.Context, webhookURL string) (string, erro
 	// As an operator sets it in the ControllerDeployment's values: every pool of the suites, the demo and the bench lies
 	// in these ranges, so that all of them run with the policy's check of the pools on.
 	values["exposurePoolCIDRs"] = ExposurePoolCIDRs
+	values["exposureEndpointCIDRs"] = ExposureEndpointCIDRs
 	rendered, err := renderChart(values)
 	if err != nil {
 		return "", err
@@ -134,6 +135,10 @@ func (e *Env) ExtensionClient() (client.Client, error) {
 // ExposurePoolCIDRs are the blocks the exposures' pools may take where InstallChart installs the chart: the ranges for
 // documentation (RFC 5737, RFC 3849) and for benchmarks (RFC 2544), which no packet of the suites leaves the machine for.
 var ExposurePoolCIDRs = []string{"203.0.113.0/24", "198.51.100.0/24", "198.18.0.0/15", "2001:db8::/32"}
+
+// ExposureEndpointCIDRs are the addresses the exposures' EndpointSlices may name where InstallChart installs the chart:
+// the fixtures' node network and the addresses the datapath suites and the bench give their control-plane nodes.
+var ExposureEndpointCIDRs = []string{"10.0.0.0/8"}
 
 // RegistrationName is the name of the extension's ControllerRegistration (example/controller-registration.yaml):
 // gardenlet renders the chart as release <name> into namespace extension-<name> and stores it as the ManagedResource

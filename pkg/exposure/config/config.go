@@ -86,8 +86,7 @@ func Load(exp *extensionsv1alpha1.SelfHostedShootExposure, shoot *gardencorev1be
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	env := Environment(exp, shoot)
-	env.NodeAddresses = append(env.NodeAddresses, site.NodeAddresses...)
-	env.Gateways = site.Gateways
+	env.OtherNodeAddresses, env.Gateways = site.NodeAddresses, site.Gateways
 	if errs := validation.ValidateExposureConfig(cfg, env, path); len(errs) > 0 {
 		return nil, errs.ToAggregate()
 	}

@@ -56,8 +56,8 @@ func TestLoadRejectsPoolsThatCannotHoldTheVIP(t *testing.T) {
 		"a worker's address pinned": {`"pool":{"cidrs":["10.0.2.16/28"]},"loadBalancerIPs":["10.0.2.20"]`, `loadBalancerIPs[0]: Invalid value: "10.0.2.20": is a node's own address`},
 		"the gateway pinned": {`"pool":{"cidrs":["10.0.0.0/28"]},"loadBalancerIPs":["10.0.0.1"]`,
 			`loadBalancerIPs[0]: Invalid value: "10.0.0.1": is the gateway of the node network`},
-		"a pool holding the gateway": {`"pool":{"ranges":[{"start":"10.0.0.1","stop":"10.0.0.1"}]}`, "holds the node network's gateway 10.0.0.1"},
-		"a pool holding a worker":    {`"pool":{"cidrs":["10.0.2.20/32"]}`, "holds the node address 10.0.2.20"},
+		"a pool holding the gateway":          {`"pool":{"ranges":[{"start":"10.0.0.1","stop":"10.0.0.1"}]}`, "holds the node network's gateway 10.0.0.1"},
+		"a pool holding a control-plane node": {`"pool":{"cidrs":["10.0.1.11/32"]}`, "holds the control-plane node address 10.0.1.11"},
 		"node network's broadcast": {`"pool":{"cidrs":["10.0.255.255/32"]},"loadBalancerIPs":["10.0.255.255"]`,
 			"is the network or broadcast address of the node network 10.0.0.0/16"},
 		"node network's address": {`"pool":{"cidrs":["10.0.0.0/30"]},"loadBalancerIPs":["10.0.0.0"]`, "is the network or broadcast address"},
@@ -169,5 +169,18 @@ func TestL2LeaseTimingsLeaveTheNetworkConfigsOwn(t *testing.T) {
 	want := map[string]string{"l2-announcements-renew-deadline": "3s", "l2-announcements-retry-period": "1s"}
 	if got := L2LeaseTimings(s, cfg); !maps.Equal(got, want) {
 		t.Errorf("with the NetworkConfig's leaseDuration: %v, want %v", got, want)
+	}
+}
+
+// TestLoadLetsAWorkerJoinAnUnpinnedPool: a worker whose address lies in an unpinned pool (an ExternalIP among public
+// VIPs) does not make a running exposure fail: LB-IPAM assigned the VIP long before. A VIP pinned to that address does.
+func TestLoadLetsAWorkerJoinAnUnpinnedPool(t *testing.T) {
+	site := Site{NodeAddresses: []netip.Addr{netip.MustParseAddr("203.0.113.5")}}
+	if _, err := Load(exposureOnNodes(), shootWithNetworks(header+`"pool":{"cidrs":["203.0.113.0/28"]}}`), site); err != nil {
+		t.Errorf("an unpinned pool holding a worker's address: %v", err)
+	}
+	_, err := Load(exposureOnNodes(), shootWithNetworks(header+`"pool":{"cidrs":["203.0.113.0/28"]},"loadBalancerIPs":["203.0.113.5"]}`), site)
+	if err == nil || !strings.Contains(err.Error(), `loadBalancerIPs[0]: Invalid value: "203.0.113.5": is a node's own address`) {
+		t.Errorf("a VIP pinned to a worker's address: %v", err)
 	}
 }

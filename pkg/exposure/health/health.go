@@ -121,9 +121,10 @@ func NewRegistry(config *rest.Config, settings Settings, changed func(ctx contex
 		return nil, err
 	}
 	cfg := rest.CopyConfig(config)
+	var tokens *serviceAccountTokens
 	if account, _ := settings.account(); account.Name != "" {
 		var err error
-		if cfg, err = proberConfig(config, account); err != nil {
+		if cfg, tokens, err = proberConfig(config, account); err != nil {
 			return nil, err
 		}
 	}
@@ -133,7 +134,7 @@ func NewRegistry(config *rest.Config, settings Settings, changed func(ctx contex
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Registry{
+	r := &Registry{
 		settings: settings,
 		client: &http.Client{Transport: transport, Timeout: settings.Timeout,
 			// The transport adds the token to every request, a redirected one too: a redirect is an answer (not ready),
@@ -145,7 +146,11 @@ func NewRegistry(config *rest.Config, settings Settings, changed func(ctx contex
 		probers: map[string]*prober{},
 		users:   map[string]sets.Set[types.NamespacedName]{},
 		tracked: map[types.NamespacedName][]string{},
-	}, nil
+	}
+	if tokens != nil && settings.Interval > 0 {
+		r.wg.Go(func() { tokens.renewInBackground(ctx) })
+	}
+	return r, nil
 }
 
 // Track makes addresses (host:port) the endpoints of the exposure key: probers start for new addresses and stop for

@@ -380,6 +380,23 @@ func seriesOf(t *testing.T, c prometheus.Collector) string {
 	return b.String()
 }
 
+// proberRegistry starts server, a kube-apiserver that serves TokenRequests and /readyz with pair, and returns a
+// registry with settings whose probes authenticate as the ServiceAccount extension/prober, requesting its tokens from
+// server as the extension.
+func proberRegistry(t *testing.T, ca *secretsutils.Certificate, pair tls.Certificate, server *httptest.Server, settings Settings) *Registry {
+	t.Helper()
+	server.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
+	server.StartTLS()
+	t.Cleanup(server.Close)
+	settings.ServiceAccount = "extension/prober"
+	r, err := NewRegistry(&rest.Config{Host: server.URL, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: ca.CertificatePEM}}, settings, (&changes{}).record)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	return r
+}
+
 // TestProbesCarryTheProberToken: with a ServiceAccount for the probes, every probe carries a token that the extension
 // requested for that account, with its own identity, from kube-apiserver, and never the extension's own token; a
 // token kube-apiserver rejects is requested anew.
@@ -412,17 +429,7 @@ func TestProbesCarryTheProberToken(t *testing.T) {
 			w.WriteHeader(http.StatusUnauthorized)
 		}
 	}))
-	server.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
-	server.StartTLS()
-	t.Cleanup(server.Close)
-
-	settings := fast
-	settings.ServiceAccount = "extension/prober"
-	r, err := NewRegistry(&rest.Config{Host: server.URL, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: ca.CertificatePEM}}, settings, (&changes{}).record)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Stop)
+	r := proberRegistry(t, ca, pair, server, fast)
 	addr := server.Listener.Addr().String()
 	r.Track(expA, []string{addr})
 	waitFor(t, "probes with a renewed prober token succeed", func() bool { return proberTokenProbes.Load() > 2 && r.State(addr).Ready })
@@ -442,5 +449,57 @@ func TestProbeServiceAccountMustBeNamespaced(t *testing.T) {
 		if err := s.Validate(); err == nil {
 			t.Errorf("ServiceAccount %q accepted", account)
 		}
+	}
+}
+
+// TestProberTokenRenewedInBackground: a prober token is renewed before it expires, by the registry rather than by a
+// probe: with tokens that live two seconds and a kube-apiserver that takes longer than a probe's timeout to issue a
+// renewal, new tokens keep being issued, no probe carries an expired one, and the endpoint never goes out.
+func TestProberTokenRenewedInBackground(t *testing.T) {
+	ca := newCA(t)
+	pair := serverCertificate(t, ca, []net.IP{net.ParseIP("127.0.0.1")}, apiserverendpoints.ServerName)
+	var (
+		mu      sync.Mutex
+		expiry  = map[string]time.Time{}
+		expired atomic.Int32
+		issued  atomic.Int32
+	)
+	server := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auth := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/serviceaccounts/prober/token") {
+			n := issued.Add(1)
+			if n > 1 {
+				time.Sleep(3 * fast.Timeout) // a slow kube-apiserver: a probe waiting for this renewal would time out
+			}
+			name, until := fmt.Sprintf("prober-%d", n), time.Now().Add(2*time.Second)
+			mu.Lock()
+			expiry[name] = until
+			mu.Unlock()
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = fmt.Fprintf(w, `{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","status":{"token":%q,"expirationTimestamp":%q}}`,
+				name, until.UTC().Format(time.RFC3339Nano))
+			return
+		}
+		mu.Lock()
+		until, ok := expiry[auth]
+		mu.Unlock()
+		if !ok || time.Now().After(until) {
+			expired.Add(1)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	// One failed probe takes the endpoint out: a probe that waited for a renewal would show.
+	settings := fast
+	settings.FailureThreshold = 1
+	r := proberRegistry(t, ca, pair, server, settings)
+	r.Track(expA, []string{server.Listener.Addr().String()})
+	waitFor(t, "three tokens were issued", func() bool { return issued.Load() >= 3 })
+	if n := expired.Load(); n != 0 {
+		t.Errorf("%d probes carried an expired token", n)
+	}
+	if n := testutil.ToFloat64(endpointTransitions.WithLabelValues(server.Listener.Addr().String(), "not-ready")); n != 0 {
+		t.Errorf("the endpoint went out %v times while its token was renewed", n)
 	}
 }

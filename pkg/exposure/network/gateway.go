@@ -50,8 +50,9 @@ func DefaultGateways(procNet string) ([]netip.Addr, error) {
 	return slices.Compact(gateways), nil
 }
 
-// defaultGateway4 reads a line of /proc/net/route: Iface Destination Gateway Flags RefCnt Use Metric Mask ..., the
-// addresses in hex of the kernel's byte order (net/ipv4/fib_trie.c fib_route_seq_show).
+// defaultGateway4 reads a line of /proc/net/route: Iface Destination Gateway Flags RefCnt Use Metric Mask ..., each
+// address the hex of its network-order bytes read as a host-order number (net/ipv4/fib_trie.c fib_route_seq_show,
+// %08X of a __be32). Of a multipath default route, the table shows the first next hop.
 func defaultGateway4(fields []string) (netip.Addr, bool) {
 	if len(fields) < 8 || fields[1] != "00000000" || fields[7] != "00000000" {
 		return netip.Addr{}, false
@@ -64,8 +65,9 @@ func defaultGateway4(fields []string) (netip.Addr, bool) {
 	if err != nil || len(raw) != 4 {
 		return netip.Addr{}, false
 	}
+	// The kernel prints the address's 32 bits as a number in the host's byte order.
 	var a [4]byte
-	binary.BigEndian.PutUint32(a[:], binary.LittleEndian.Uint32(raw))
+	binary.NativeEndian.PutUint32(a[:], binary.BigEndian.Uint32(raw))
 	gw := netip.AddrFrom4(a)
 	return gw, !gw.IsUnspecified()
 }

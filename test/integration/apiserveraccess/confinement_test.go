@@ -231,7 +231,8 @@ func TestExtensionDeletesOnlyCiliumPods(t *testing.T) {
 // TestEndpointsConfigMapTakesOnlyItsShape: the endpoints ConfigMap, which every template-created Cilium pod loads as
 // its kubeconfig, refuses from any writer, a cluster admin included, everything but the shape the extension writes:
 // an exec entry, skipped TLS verification, another server name, the same kubeconfig in another spelling (JSON), a URL
-// that is a name, another kubeconfig path, an extra key and binary data. The ConfigMap as the extension wrote it
+// that is a name, another kubeconfig path, an extra key, binary data, and being made immutable or owned (which would
+// freeze it or hand it to the garbage collector). The ConfigMap as the extension wrote it
 // passes.
 func TestEndpointsConfigMapTakesOnlyItsShape(t *testing.T) {
 	ctx := context.Background()
@@ -289,7 +290,11 @@ func TestEndpointsConfigMapTakesOnlyItsShape(t *testing.T) {
 			cm.Data[apiserverendpoints.KeyKubeconfigPath] = "/etc/kubernetes/admin.conf"
 		},
 		"an extra key": func(cm *corev1.ConfigMap) { cm.Data["KUBECONFIG"] = "/tmp/kubeconfig" },
-		"binary data":  func(cm *corev1.ConfigMap) { cm.BinaryData = map[string][]byte{"kubeconfig.yaml": []byte(kubeconfig)} },
+		"immutable":    func(cm *corev1.ConfigMap) { cm.Immutable = new(true) },
+		"an owner": func(cm *corev1.ConfigMap) {
+			cm.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Namespace", Name: "gone", UID: "0000"}}
+		},
+		"binary data": func(cm *corev1.ConfigMap) { cm.BinaryData = map[string][]byte{"kubeconfig.yaml": []byte(kubeconfig)} },
 	} {
 		cm := current.DeepCopy()
 		change(cm)
@@ -401,4 +406,35 @@ func TestExtensionReadsOnlyItsConfigMaps(t *testing.T) {
 			t.Errorf("%s as the extension: %v", what, err)
 		}
 	}
+}
+
+// TestExtensionMintsNoLastingToken: with the extension's own identity, a Secret of type
+// kubernetes.io/service-account-token for its ServiceAccount (which kube-apiserver's token controller would fill with
+// a token that never expires) is refused by the chart's policy, whatever its type says; the Secrets its certificate
+// management writes pass, as every suite shows.
+func TestExtensionMintsNoLastingToken(t *testing.T) {
+	ctx := context.Background()
+	asExtension, err := env.ExtensionClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	annotated := map[string]string{corev1.ServiceAccountNameKey: testenv.ServiceAccountName}
+	for what, secret := range map[string]*corev1.Secret{
+		"a service-account token Secret": {ObjectMeta: metav1.ObjectMeta{Namespace: testenv.ExtensionNamespace, Name: "lasting", Annotations: annotated},
+			Type: corev1.SecretTypeServiceAccountToken},
+		"an Opaque Secret naming its ServiceAccount": {ObjectMeta: metav1.ObjectMeta{Namespace: testenv.ExtensionNamespace, Name: "lasting-opaque", Annotations: annotated}},
+	} {
+		err := asExtension.Create(ctx, secret)
+		if err == nil {
+			_ = env.Client.Delete(ctx, secret)
+		}
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "confine-secret-writes") {
+			t.Errorf("%s, written as the extension: %v, want a refusal by the chart's policy", what, err)
+		}
+	}
+	plain := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testenv.ExtensionNamespace, Name: "plain"}, Data: map[string][]byte{"k": []byte("v")}}
+	if err := asExtension.Create(ctx, plain); err != nil {
+		t.Errorf("an Opaque Secret in its namespace, written as the extension: %v", err)
+	}
+	_ = env.Client.Delete(ctx, plain)
 }

@@ -12,6 +12,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
@@ -43,7 +44,8 @@ func exposureObjects(t *testing.T, name string, announcement exposure.Announceme
 // TestExtensionWritesOnlyExposureShapedObjects: with the extension's own identity, kube-apiserver lets through exactly
 // what the extension builds for an exposure (L2 and BGP; a short name, and one long enough that every name is
 // hashed), and refuses, by the chart's policy, what a thief of its token would write with the same labels: a slice for
-// kube-dns, a Service with external IPs or a selector or of another type or with an annotation of Cilium's, a Service
+// kube-dns, to a pod (outside exposureEndpointCIDRs), without node names or of names, a Service with external IPs or a
+// selector, node ports, another port or target port, of another type or with an annotation of Cilium's, a Service
 // named kube-apiserver, the objects of an exposure outside kube-system, pools and L2 policies that select other
 // Services, pools outside the blocks the operator allows (exposurePoolCIDRs, set as testenv.InstallChart sets it), an L2 policy announcing external IPs, BGP advertisements of other addresses, a BGP peer with another peer
 // config, and a peer config advertising every advertisement.
@@ -90,8 +92,20 @@ func TestExtensionWritesOnlyExposureShapedObjects(t *testing.T) {
 		"a slice of the exposure's name for kube-dns": changed(l2.EndpointSlices[0], func(s *discoveryv1.EndpointSlice) {
 			s.Labels[discoveryv1.LabelServiceName] = "kube-dns"
 		}),
-		"a Service with external IPs": svc(func(s *corev1.Service) { s.Spec.ExternalIPs = []string{"198.51.100.250"} }),
-		"a Service with a selector":   svc(func(s *corev1.Service) { s.Spec.Selector = map[string]string{"k8s-app": "kube-dns"} }),
+		"a slice to a pod": changed(l2.EndpointSlices[0], func(s *discoveryv1.EndpointSlice) {
+			s.Endpoints[0].Addresses = []string{"100.64.3.17"}
+		}),
+		"a slice without node names": changed(l2.EndpointSlices[0], func(s *discoveryv1.EndpointSlice) { s.Endpoints[0].NodeName = nil }),
+		"a slice of names": changed(l2.EndpointSlices[0], func(s *discoveryv1.EndpointSlice) {
+			s.AddressType, s.Endpoints[0].Addresses = discoveryv1.AddressTypeFQDN, []string{"evil.example.com"}
+		}),
+		"a Service with node ports": svc(func(s *corev1.Service) { s.Spec.AllocateLoadBalancerNodePorts = new(true) }),
+		"a Service with another port": svc(func(s *corev1.Service) {
+			s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: "postgres", Protocol: corev1.ProtocolTCP, Port: 5432})
+		}),
+		"a Service to another port of its endpoints": svc(func(s *corev1.Service) { s.Spec.Ports[0].TargetPort = intstr.FromInt32(5432) }),
+		"a Service with external IPs":                svc(func(s *corev1.Service) { s.Spec.ExternalIPs = []string{"198.51.100.250"} }),
+		"a Service with a selector":                  svc(func(s *corev1.Service) { s.Spec.Selector = map[string]string{"k8s-app": "kube-dns"} }),
 		"a ClusterIP Service": svc(func(s *corev1.Service) {
 			s.Spec.Type, s.Spec.LoadBalancerClass, s.Spec.AllocateLoadBalancerNodePorts, s.Spec.ExternalTrafficPolicy = corev1.ServiceTypeClusterIP, nil, nil, ""
 		}),

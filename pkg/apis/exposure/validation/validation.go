@@ -27,8 +27,12 @@ type Environment struct {
 	Families []network.Family
 	// Networks are the shoot's node, pod and service networks (spec.networking).
 	Networks []Network
-	// NodeAddresses are the nodes' addresses (the exposure's spec.endpoints and the cluster's Nodes), when known.
+	// NodeAddresses are the control-plane nodes' addresses (the exposure's spec.endpoints), when known.
 	NodeAddresses []netip.Addr
+	// OtherNodeAddresses are the other Nodes' addresses, when known. Only a pinned VIP is checked against them: a
+	// worker that joins later with an address in an unpinned pool must not stop a running exposure, whose VIP LB-IPAM
+	// has long assigned.
+	OtherNodeAddresses []netip.Addr
 	// Gateways are the gateways of the default routes of the extension's own node, when known: the node network's
 	// router, which Kubernetes and the Shoot name nowhere.
 	Gateways []netip.Addr
@@ -119,7 +123,7 @@ func ValidateExposureConfig(cfg *exposure.ExposureConfig, env Environment, fldPa
 			allErrs = append(allErrs, field.Duplicate(p, ip))
 		}
 		seen.Insert(network.FamilyOf(addr))
-		if slices.Contains(env.NodeAddresses, addr) {
+		if slices.Contains(env.NodeAddresses, addr) || slices.Contains(env.OtherNodeAddresses, addr) {
 			allErrs = append(allErrs, field.Invalid(p, ip, "is a node's own address: the VIP must be an address no node has"))
 		}
 		if slices.Contains(env.Gateways, addr) {
@@ -178,7 +182,7 @@ func validatePoolPlacement(cfg *exposure.ExposureConfig, pool network.Pool, env 
 			holds := func(a netip.Addr) bool { return a.Is4() == b.first.Is4() && !a.Less(b.first) && !b.last.Less(a) }
 			for _, a := range env.NodeAddresses {
 				if holds(a) {
-					allErrs = append(allErrs, field.Invalid(b.path, b.value, fmt.Sprintf("holds the node address %s, which LB-IPAM could hand out: "+
+					allErrs = append(allErrs, field.Invalid(b.path, b.value, fmt.Sprintf("holds the control-plane node address %s, which LB-IPAM could hand out: "+
 						"leave it out of the pool or pin the VIP with loadBalancerIPs", a)))
 				}
 			}
