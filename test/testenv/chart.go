@@ -138,7 +138,7 @@ var ExposurePoolCIDRs = []string{"203.0.113.0/24", "198.51.100.0/24", "198.18.0.
 
 // ExposureEndpointCIDRs are the addresses the exposures' EndpointSlices may name where InstallChart installs the chart:
 // the fixtures' node network and the addresses the datapath suites and the bench give their control-plane nodes.
-var ExposureEndpointCIDRs = []string{"10.0.0.0/8"}
+var ExposureEndpointCIDRs = []string{"10.0.0.0/8", "fd00::/8"}
 
 // RegistrationName is the name of the extension's ControllerRegistration (example/controller-registration.yaml):
 // gardenlet renders the chart as release <name> into namespace extension-<name> and stores it as the ManagedResource

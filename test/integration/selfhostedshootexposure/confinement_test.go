@@ -99,7 +99,8 @@ func TestExtensionWritesOnlyExposureShapedObjects(t *testing.T) {
 		"a slice of names": changed(l2.EndpointSlices[0], func(s *discoveryv1.EndpointSlice) {
 			s.AddressType, s.Endpoints[0].Addresses = discoveryv1.AddressTypeFQDN, []string{"evil.example.com"}
 		}),
-		"a Service with node ports": svc(func(s *corev1.Service) { s.Spec.AllocateLoadBalancerNodePorts = new(true) }),
+		"a Service with node ports":                svc(func(s *corev1.Service) { s.Spec.AllocateLoadBalancerNodePorts = new(true) }),
+		"a Service with a node port of its choice": svc(func(s *corev1.Service) { s.Spec.Ports[0].NodePort = 30443 }),
 		"a Service with another port": svc(func(s *corev1.Service) {
 			s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: "postgres", Protocol: corev1.ProtocolTCP, Port: 5432})
 		}),
