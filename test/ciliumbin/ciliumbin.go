@@ -3,6 +3,7 @@
 package ciliumbin
 
 import (
+	"debug/buildinfo"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -32,6 +33,27 @@ func Path(name string) (string, error) {
 		return bin, nil
 	}
 	return repo.Script("hack/cilium/build.sh", name)
+}
+
+// Version is the Cilium version a binary was built from: the version of the github.com/cilium/cilium module in its build
+// information (hack/cilium builds it from a wrapper module, so Cilium is a dependency there), without the leading v.
+func Version(path string) (string, error) {
+	info, err := buildinfo.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("reading the build information of %s: %w", path, err)
+	}
+	for _, dep := range info.Deps {
+		if dep.Path == "github.com/cilium/cilium" {
+			if dep.Replace != nil {
+				dep = dep.Replace
+			}
+			return strings.TrimPrefix(dep.Version, "v"), nil
+		}
+	}
+	if info.Main.Path == "github.com/cilium/cilium" && strings.HasPrefix(info.Main.Version, "v") {
+		return strings.TrimPrefix(info.Main.Version, "v"), nil
+	}
+	return "", fmt.Errorf("%s was not built from a released github.com/cilium/cilium module", path)
 }
 
 // Built is the prerequisite (a testenv.Prerequisite) of a suite that runs the binaries names: each is built if missing.

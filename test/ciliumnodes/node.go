@@ -242,7 +242,16 @@ func (n *Node) running() bool {
 // startAgent runs the cilium-agent container of pod on the node, with lease timings overriding cilium-config's when
 // not nil.
 func (n *Node) startAgent(ctx context.Context, env *testenv.Env, pod *corev1.Pod, configMaps map[string]map[string]string, lease *LeaseTimings) error {
-	module, err := testenv.ModuleDir(ciliumchart.Module(ciliumchart.GardenerVersion))
+	// The BPF sources of the agent's own version: the agent compiles them and fills their configuration in.
+	agent, err := ciliumbin.Path(ciliumbin.Agent)
+	if err != nil {
+		return err
+	}
+	version, err := ciliumbin.Version(agent)
+	if err != nil {
+		return err
+	}
+	module, err := testenv.ModuleDir(ciliumchart.Module(version))
 	if err != nil {
 		return err
 	}
