@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"testing"
 
 	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/tools/clientcmd"
@@ -123,13 +124,18 @@ func (e *Env) StillForbidden(ctx context.Context, lines []string) []string {
 }
 
 // ExtensionClient is a client with the extension's own identity: the chart's ServiceAccount, impersonated as
-// InstallChart set it up.
-func (e *Env) ExtensionClient() (client.Client, error) {
+// InstallChart set it up; t fails when it cannot be built.
+func (e *Env) ExtensionClient(t testing.TB) client.Client {
+	t.Helper()
 	config, err := clientcmd.BuildConfigFromFlags("", filepath.Join(e.Dir, extensionKubeconfig))
 	if err != nil {
-		return nil, err
+		t.Fatal(err)
 	}
-	return client.New(config, client.Options{Scheme: e.Client.Scheme()})
+	c, err := client.New(config, client.Options{Scheme: e.Client.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // ExposurePoolCIDRs are the blocks the exposures' pools may take where InstallChart installs the chart: the ranges for

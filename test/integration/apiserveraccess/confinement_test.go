@@ -35,10 +35,7 @@ import (
 // deletes; a write to its own endpoints ConfigMap and its own webhook configuration is let through.
 func TestExtensionWritesOnlyWhatItOwns(t *testing.T) {
 	ctx := context.Background()
-	asExtension, err := env.ExtensionClient()
-	if err != nil {
-		t.Fatal(err)
-	}
+	asExtension := env.ExtensionClient(t)
 	coredns := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: cilium.Namespace, Name: "coredns"}, Data: map[string]string{"Corefile": ".:53 {}"}}
 	foreign := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: cilium.Namespace, Name: "someone-elses"},
@@ -94,10 +91,7 @@ func TestExtensionWritesOnlyWhatItOwns(t *testing.T) {
 // bundle under the policy).
 func TestExtensionWritesOnlyItsOwnWebhooks(t *testing.T) {
 	ctx := context.Background()
-	asExtension, err := env.ExtensionClient()
-	if err != nil {
-		t.Fatal(err)
-	}
+	asExtension := env.ExtensionClient(t)
 	// write changes the first webhook of the configuration as it is now and sends the update as the extension.
 	write := func(change func(*admissionregistrationv1.MutatingWebhookConfiguration, *admissionregistrationv1.MutatingWebhook)) error {
 		mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
@@ -153,10 +147,7 @@ func TestExtensionWritesOnlyItsOwnWebhooks(t *testing.T) {
 func TestExtensionMayOnlyRequestReconcileOfCiliumManagedResource(t *testing.T) {
 	ctx := context.Background()
 	installChart(t)
-	asExtension, err := env.ExtensionClient()
-	if err != nil {
-		t.Fatal(err)
-	}
+	asExtension := env.ExtensionClient(t)
 	mr := &resourcesv1alpha1.ManagedResource{ObjectMeta: metav1.ObjectMeta{Namespace: cilium.Namespace, Name: ciliumManagedResource}}
 	patch := func(obj client.Object, body string) func() error {
 		return func() error { return asExtension.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(body))) }
@@ -194,10 +185,7 @@ func TestExtensionMayOnlyRequestReconcileOfCiliumManagedResource(t *testing.T) {
 // webhook, and deleting one of Cilium's pods pass.
 func TestExtensionDeletesOnlyCiliumPods(t *testing.T) {
 	ctx := context.Background()
-	asExtension, err := env.ExtensionClient()
-	if err != nil {
-		t.Fatal(err)
-	}
+	asExtension := env.ExtensionClient(t)
 	pod := func(name string, labels map[string]string) *corev1.Pod {
 		return &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: cilium.Namespace, Name: name, Labels: labels},
@@ -313,10 +301,7 @@ func TestEndpointsConfigMapTakesOnlyItsShape(t *testing.T) {
 // token reads /readyz and nothing else: no Node, no Secret of the extension's namespace, no metrics, no token.
 func TestProberTokenOpensOnlyReadyz(t *testing.T) {
 	ctx := context.Background()
-	asExtension, err := env.ExtensionClient()
-	if err != nil {
-		t.Fatal(err)
-	}
+	asExtension := env.ExtensionClient(t)
 	request := func(namespace, name string) (string, error) {
 		tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(600))}}
 		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
@@ -371,10 +356,7 @@ func TestProberTokenOpensOnlyReadyz(t *testing.T) {
 // ConfigMap, or all of them, are refused.
 func TestExtensionReadsOnlyItsConfigMaps(t *testing.T) {
 	ctx := context.Background()
-	asExtension, err := env.ExtensionClient()
-	if err != nil {
-		t.Fatal(err)
-	}
+	asExtension := env.ExtensionClient(t)
 	coredns := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: cilium.Namespace, Name: "coredns-readable"}, Data: map[string]string{"Corefile": ".:53 {}"}}
 	if err := env.Client.Create(ctx, coredns); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
@@ -414,10 +396,7 @@ func TestExtensionReadsOnlyItsConfigMaps(t *testing.T) {
 // management writes pass, as every suite shows.
 func TestExtensionMintsNoLastingToken(t *testing.T) {
 	ctx := context.Background()
-	asExtension, err := env.ExtensionClient()
-	if err != nil {
-		t.Fatal(err)
-	}
+	asExtension := env.ExtensionClient(t)
 	annotated := map[string]string{corev1.ServiceAccountNameKey: testenv.ServiceAccountName}
 	for what, secret := range map[string]*corev1.Secret{
 		"a service-account token Secret": {ObjectMeta: metav1.ObjectMeta{Namespace: testenv.ExtensionNamespace, Name: "lasting", Annotations: annotated},

@@ -51,10 +51,7 @@ func exposureObjects(t *testing.T, name string, announcement exposure.Announceme
 // config, and a peer config advertising every advertisement.
 func TestExtensionWritesOnlyExposureShapedObjects(t *testing.T) {
 	ctx := context.Background()
-	asExtension, err := env.ExtensionClient()
-	if err != nil {
-		t.Fatal(err)
-	}
+	asExtension := env.ExtensionClient(t)
 	for _, tc := range []struct {
 		name         string
 		announcement exposure.Announcement
