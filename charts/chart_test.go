@@ -214,8 +214,8 @@ func TestAdmissionPoliciesKeepCiliumPinned(t *testing.T) {
 	objs := render(t, selfHostedValues(t, fixtures.Shoot(true)))
 	policies := find[*admissionregistrationv1.ValidatingAdmissionPolicy](objs)
 	bindings := find[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](objs)
-	if len(policies) != 8 || len(bindings) != 8 {
-		t.Fatalf("%d policies, %d bindings, want 8 each (two keep Cilium pinned, one fixes the endpoints ConfigMap, five confine the extension's writes)", len(policies), len(bindings))
+	if len(policies) != 9 || len(bindings) != 9 {
+		t.Fatalf("%d policies, %d bindings, want 9 each (two keep Cilium pinned, one fixes the endpoints ConfigMap, six confine the extension's writes)", len(policies), len(bindings))
 	}
 	var text strings.Builder
 	for i, p := range policies {

@@ -36,7 +36,7 @@ func main() {
 	version := flag.String("cilium-version", "1.19.7", "the Cilium chart and operator")
 	rerender := flag.String("render", "", "only write the Markdown of an earlier JSON result")
 	flag.StringVar(&only, "sections", "1,2,3,4,6,7,8,9", "the sections to run (5, memory, comes with 3 and 4)")
-	failovers := flag.Int("failovers", 5, "how many failovers section 6 measures per lease timing")
+	failovers := flag.Int("failovers", 10, "how many failovers section 6 measures per way of dying and lease timing")
 	flips := flag.Int("flips", 20, "how often section 7 takes an endpoint's kube-apiserver away and back")
 	reconnects := flag.Int("reconnects", 3, "how often section 8 ends a worker agent's connection to kube-apiserver per way and client setting")
 	repins := flag.Int("repins", 5, "how often section 9 moves every control-plane node to a new address")

@@ -125,8 +125,13 @@ func (d *demo) datapath(ctx context.Context, chart string) ([]string, error) {
 		return nil, err
 	}
 	fmt.Printf("\n%s took the lease; a live node answers ARP for the VIP after %s, HTTPS through the VIP works again after %s "+
-		"(lease duration %s; kube-vip documents about 3s, Cilium's default lease is 15s)\n\n",
-		f.To, f.ARP.Round(100*time.Millisecond), f.HTTPS.Round(100*time.Millisecond), f.Lease)
+		"(lease duration %s; kube-vip documents about 3s, Cilium's default lease is 15s)\n",
+		f.To, f.ARP.Round(10*time.Millisecond), f.HTTPS.Round(10*time.Millisecond), f.Lease)
+	if f.HandedOver == "" {
+		problems = append(problems, "the extension did not hand the lease over: it moved only when it expired")
+	} else {
+		fmt.Printf("the extension's pod on %s handed the lease over, event HandedOver on the exposure: %s\n\n", f.To, f.HandedOver)
+	}
 	fmt.Println("(HTTPS may work again before ARP moves: the bridge floods frames for the dead node's MAC to every port, and the " +
 		"other nodes' Cilium load-balances them; see docs/datapath.md)")
 	return problems, nil

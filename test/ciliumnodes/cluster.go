@@ -18,6 +18,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -85,6 +86,16 @@ type Cluster struct {
 	exposed *extensionsv1alpha1.SelfHostedShootExposure
 	// disturbed are the nodes whose agent or kube-apiserver was stopped and started again.
 	disturbed map[string]bool
+	// webhookRoute takes kube-apiserver's webhook calls to the extension pods (extension.go), routes is its
+	// goroutines; extensionStopped says that env's own extension was stopped for the pods.
+	webhookRoute     net.Listener
+	routes           sync.WaitGroup
+	extensionStopped bool
+	// extensionArgs are what the extension pods run with beside their chart's arguments; extensionsManaged once the
+	// nodes' kubelet looks after their pods (syncExtensionPods); extensionStarts are its starts.
+	extensionArgs     []string
+	extensionsManaged bool
+	extensionStarts   sync.WaitGroup
 }
 
 // New plugs a namespace per node of NodeNames and one for the client into a new bridge, and starts each control-plane
@@ -123,6 +134,11 @@ func New(ctx context.Context, env *testenv.Env, prefix string) (*Cluster, error)
 		}
 		c.nodes[name] = n
 	}
+	// The DaemonSet controller makes the extension's pods too.
+	if err := env.CreateSystemPriorityClass(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
 	if c.kubernetes, err = env.RunKubernetes([]string{"daemonset-controller"}); err != nil {
 		c.Close()
 		return nil, err
@@ -134,6 +150,10 @@ func New(ctx context.Context, env *testenv.Env, prefix string) (*Cluster, error)
 		defer close(c.kubeletDone)
 		c.runKubelets(kubelets)
 	}()
+	if err := c.runExtension(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -166,8 +186,11 @@ func useFixtureAddresses(ctx context.Context, env *testenv.Env) error {
 	return nil
 }
 
-// Close stops every process on the nodes and removes the namespaces, links and cgroups.
+// Close stops every process on the nodes and removes the namespaces, links and cgroups; env's extension runs again.
 func (c *Cluster) Close() {
+	if err := c.stopExtension(); err != nil {
+		fmt.Fprintf(os.Stderr, "starting the extension again: %v\n", err)
+	}
 	if c.stopKubelets != nil {
 		c.stopKubelets()
 		<-c.kubeletDone

@@ -15,13 +15,17 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/l2handover"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/ciliumconfig"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
@@ -166,9 +170,6 @@ var macPattern = regexp.MustCompile(`\[([0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5})\]`)
 // answered.
 func (c *Cluster) ARP(ip string) ([]string, error) { return c.arping(ip, "-c", "3", "-w", "4") }
 
-// arpOnce asks for ip once, waiting at most a second.
-func (c *Cluster) arpOnce(ip string) ([]string, error) { return c.arping(ip, "-c", "1", "-w", "1") }
-
 func (c *Cluster) arping(ip string, args ...string) ([]string, error) {
 	out, err := exec.Command("ip", append([]string{"netns", "exec", c.Client.Name(), "arping", "-I", "eth0"}, append(args, ip)...)...).CombinedOutput()
 	if err != nil && len(out) == 0 {
@@ -229,6 +230,9 @@ type Failover struct {
 	ARP, HTTPS time.Duration
 	// Lease is the lease duration the holder wrote.
 	Lease time.Duration
+	// HandedOver is the extension's HandedOver event of the failover on the exposure, "" when the lease moved
+	// without it (it expired).
+	HandedOver string
 }
 
 // Death is how the lease holder's node dies.
@@ -260,6 +264,18 @@ func (c *Cluster) FailOver(ctx context.Context, exp *extensionsv1alpha1.SelfHost
 	if macs, err := c.WaitForARP(ctx, func(macs []string) bool { return slices.Equal(macs, []string{deadMAC}) }); err != nil {
 		return f, fmt.Errorf("before the failover, ARP for the VIP is answered by %v, want only the holder %s's %s: %w", macs, f.From, deadMAC, err)
 	}
+	// The client talks to the VIP through the holder, as a client that has been using it does: its neighbour entry
+	// resolved afresh while only the holder answers. An entry left from an earlier holder would send the client's
+	// packets to a node that is still alive, whose Cilium load-balances the VIP as well.
+	if err := c.Client.IP("neigh", "flush", "to", fixtures.ExposureVIP); err != nil {
+		return f, err
+	}
+	if _, err := c.ReadyzThroughVIP(ctx); err != nil {
+		return f, fmt.Errorf("before the failover, HTTPS through the VIP: %w", err)
+	}
+	if out, err := exec.Command("ip", "-n", c.Client.Name(), "neigh", "show", "to", fixtures.ExposureVIP).Output(); err != nil || !strings.Contains(string(out), deadMAC) {
+		return f, fmt.Errorf("before the failover, the client's neighbour entry for the VIP is %q, want the holder %s's %s (%v)", out, f.From, deadMAC, err)
+	}
 	// The holder writes its lease duration at every renewal: after a restart with other timings, wait for it.
 	want, err := c.configuredLeaseDuration()
 	if err != nil {
@@ -272,32 +288,29 @@ func (c *Cluster) FailOver(ctx context.Context, exp *extensionsv1alpha1.SelfHost
 		return f, fmt.Errorf("the L2 announcement lease says %s, the agents run with %s: %w", f.Lease, want, err)
 	}
 	c.disturb(f.From)
+	events, err := c.handoverEvents(ctx, exp)
+	if err != nil {
+		return f, err
+	}
 	start, err := dead.die(death)
 	if err != nil {
 		return f, err
 	}
-	// ARP and HTTPS are polled apart, each about every 200 ms with a short timeout, so that one's wait does not delay
-	// the other's measurement.
+	// ARP and HTTPS are watched apart, so that one's wait does not delay the other's measurement: ARP asked every
+	// arpInterval on a socket of its own, a new HTTPS request started every httpsInterval, each with a second to
+	// succeed.
 	var polls sync.WaitGroup
 	polls.Go(func() {
-		_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
-			if macs, _ := c.arpOnce(fixtures.ExposureVIP); len(macs) > 0 && !slices.Contains(macs, deadMAC) {
-				f.ARP = time.Since(start)
-				return true, nil
-			}
-			return false, nil
-		})
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		if _, at, err := arpWatch(ctx, c.Client, fixtures.ExposureVIP, deadMAC); err == nil {
+			f.ARP = at.Sub(start)
+		}
 	})
 	polls.Go(func() {
-		_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-			ctx, cancel := context.WithTimeout(ctx, time.Second)
-			defer cancel()
-			if _, err := c.ReadyzThroughVIP(ctx); err == nil {
-				f.HTTPS = time.Since(start)
-				return true, nil
-			}
-			return false, nil
-		})
+		if at, ok := c.firstHTTPS(ctx, 2*time.Minute); ok {
+			f.HTTPS = at.Sub(start)
+		}
 	})
 	polls.Wait()
 	if f.ARP == 0 || f.HTTPS == 0 {
@@ -306,49 +319,261 @@ func (c *Cluster) FailOver(ctx context.Context, exp *extensionsv1alpha1.SelfHost
 	if f.To, err = c.WaitForLeaseHolder(ctx, exp, f.From); err != nil {
 		return f, err
 	}
-	return f, nil
+	f.HandedOver, err = c.newHandoverEvent(ctx, exp, events)
+	return f, err
+}
+
+// httpsInterval is how often firstHTTPS starts a request: the resolution of the HTTPS times it measures.
+const httpsInterval = 100 * time.Millisecond
+
+// firstHTTPS starts a new request through the VIP every httpsInterval, each with a second to succeed, and returns
+// when the first one succeeded; false when none did within timeout.
+func (c *Cluster) firstHTTPS(ctx context.Context, timeout time.Duration) (time.Time, bool) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	succeeded := make(chan time.Time, 1)
+	var attempts sync.WaitGroup
+	defer attempts.Wait()
+	ticker := time.NewTicker(httpsInterval)
+	defer ticker.Stop()
+	for {
+		attempts.Go(func() {
+			attempt, cancelAttempt := context.WithTimeout(ctx, time.Second)
+			defer cancelAttempt()
+			if _, err := c.ReadyzThroughVIP(attempt); err == nil {
+				select {
+				case succeeded <- time.Now():
+				default:
+				}
+			}
+		})
+		select {
+		case at := <-succeeded:
+			cancel()
+			return at, true
+		case <-ctx.Done():
+			return time.Time{}, false
+		case <-ticker.C:
+		}
+	}
+}
+
+// handoverEvents are the extension's HandedOver events on the exposure, by name, with their counts.
+func (c *Cluster) handoverEvents(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) (map[string]corev1.Event, error) {
+	list := &corev1.EventList{}
+	if err := c.env.Client.List(ctx, list, client.InNamespace(exp.Namespace)); err != nil {
+		return nil, err
+	}
+	out := map[string]corev1.Event{}
+	for _, e := range list.Items {
+		if e.InvolvedObject.Name == exp.Name && e.Reason == l2handover.EventHandedOver {
+			out[e.Name] = e
+		}
+	}
+	return out, nil
+}
+
+// newHandoverEvent is the message of a HandedOver event on the exposure that is not among before (or was counted
+// again since), "" when there is none. The recorder writes events asynchronously: it is waited for a little.
+func (c *Cluster) newHandoverEvent(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, before map[string]corev1.Event) (string, error) {
+	var message string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+		now, err := c.handoverEvents(ctx, exp)
+		if err != nil {
+			return false, nil // the client's rate limit near the deadline: the next look, or none
+		}
+		for name, e := range now {
+			if b, ok := before[name]; !ok || b.Count != e.Count {
+				message = e.Message
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if wait.Interrupted(err) {
+		return "", nil
+	}
+	return message, err
 }
 
 // APIServerOutage is what new connections through the VIP saw while one control-plane node's kube-apiserver was
-// down and its node up.
+// down and its node up, and after it came back.
 type APIServerOutage struct {
-	Node             string
-	Attempts, Failed int
-	// LastFailure is when, after the stop, the last attempt failed: how long new connections kept failing, within the
-	// attempts' window (Window).
+	Node string
+	// Announcer: the stopped kube-apiserver was the lease holder's, whose agent is then blind; NewHolder is who holds
+	// the lease after the outage.
+	Announcer         bool
+	Holder, NewHolder string
+	// Attempts and Failed count the requests through the VIP while it was down; LastFailure is when, after the stop,
+	// the last of them failed, within the attempts' window (Window).
+	Attempts, Failed    int
 	LastFailure, Window time.Duration
+	// TakenOut is when, after the stop, the exposure published the endpoint as not ready (0: not within the window);
+	// Moved is when the lease left the node (0: it did not hold it, or did not leave within the window). Settled is
+	// when both had happened: from then on the VIP is announced by a node whose agent sees the endpoint taken out.
+	TakenOut, Moved, Settled time.Duration
+	// FailedAfterSettled counts the failures after Settled; Failures say when (after the stop) and how they failed.
+	// SucceededAtEnd is how many requests in a row succeeded at the end of the outage.
+	FailedAfterSettled, SucceededAtEnd int
+	Failures                           []string
+	// Back is when, after the start, the endpoint was published as ready again (0: not within the window);
+	// BackAttempts and BackFailed count the requests from the start until outageTail after that.
+	Back                     time.Duration
+	BackAttempts, BackFailed int
 }
 
-// StopOneAPIServer stops the kube-apiserver of a control-plane node that does not hold the lease, sends attempts new
-// requests through the VIP, about every 200 ms, and starts it again.
-func (c *Cluster) StopOneAPIServer(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, attempts int) (o APIServerOutage, err error) {
-	holder, err := c.WaitForLeaseHolder(ctx, exp, "")
+// outageTail is how many requests are sent after the outage settled and after the endpoint is published as ready
+// again.
+const outageTail = 20
+
+// StopOneAPIServer waits until the VIP serves, stops the kube-apiserver of a control-plane node, the lease holder's if
+// announcer is set and another's otherwise, and sends new requests through the VIP, about every 200 ms: attempts of
+// them (at least), and outageTail more once the outage settled (Settled), for at most two minutes. Then it starts the kube-apiserver again and
+// sends requests until outageTail after it is published as ready again.
+func (c *Cluster) StopOneAPIServer(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, attempts int, announcer bool) (o APIServerOutage, err error) {
+	holder, err := c.WaitUntilServing(ctx, exp)
 	if err != nil {
 		return o, err
 	}
-	i := slices.IndexFunc(c.Nodes(), func(n *Node) bool { return n.ControlPlane && n.Name != holder })
+	i := slices.IndexFunc(c.Nodes(), func(n *Node) bool { return n.ControlPlane && (n.Name == holder) == announcer })
 	down := c.Nodes()[i]
-	o.Node = down.Name
+	o.Node, o.Announcer, o.Holder = down.Name, announcer, holder
 	c.disturb(down.Name)
 	if err := down.SwitchAPIServer(false); err != nil {
 		return o, err
 	}
+	switchedOn := false
 	defer func() {
-		if onErr := down.SwitchAPIServer(true); err == nil {
-			err = onErr
+		if !switchedOn {
+			if onErr := down.SwitchAPIServer(true); err == nil {
+				err = onErr
+			}
 		}
 	}()
 	start := time.Now()
+	tail := 0
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		attempt, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		if _, err := c.ReadyzThroughVIP(attempt); err != nil {
+		// A read that failed says nothing new; the requests go on.
+		ready, err := c.endpointReady(ctx, exp, down)
+		if err != nil {
+			ready = o.TakenOut == 0
+		}
+		now, err := c.LeaseHolder(ctx, exp)
+		if err != nil {
+			now = ""
+		}
+		if !ready && o.TakenOut == 0 {
+			o.TakenOut = time.Since(start)
+		}
+		if announcer && now != "" && now != down.Name && o.Moved == 0 {
+			o.Moved = time.Since(start)
+		}
+		if o.Settled == 0 && o.TakenOut > 0 && (!announcer || o.Moved > 0) {
+			o.Settled = time.Since(start)
+		}
+		attemptErr := c.attempt(ctx)
+		o.Attempts++
+		o.SucceededAtEnd++
+		if attemptErr != nil {
 			o.Failed++
 			o.LastFailure = time.Since(start)
+			o.SucceededAtEnd = 0
 		}
-		o.Attempts++
-		return o.Attempts == attempts, nil
+		if o.Settled > 0 {
+			tail++
+			if attemptErr != nil {
+				o.FailedAfterSettled++
+				o.Failures = append(o.Failures, fmt.Sprintf("%s (lease held by %s): %v", o.LastFailure.Round(100*time.Millisecond), now, attemptErr))
+			}
+		}
+		return o.Attempts >= attempts && tail >= outageTail, nil
 	})
 	o.Window = time.Since(start)
+	if err != nil && !wait.Interrupted(err) {
+		return o, err
+	}
+	if o.NewHolder, err = c.WaitForLeaseHolder(ctx, exp, ""); err != nil {
+		return o, err
+	}
+	switchedOn = true
+	if err := down.SwitchAPIServer(true); err != nil {
+		return o, err
+	}
+	start, tail = time.Now(), 0
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		ready, err := c.endpointReady(ctx, exp, down)
+		if err != nil {
+			ready = o.Back > 0
+		}
+		if ready && o.Back == 0 {
+			o.Back = time.Since(start)
+		}
+		o.BackAttempts++
+		if c.attempt(ctx) != nil {
+			o.BackFailed++
+		}
+		if o.Back > 0 {
+			tail++
+		}
+		return tail >= outageTail, nil
+	})
 	return o, err
+}
+
+// servingInARow is how many requests in a row through the VIP must succeed before it counts as serving.
+const servingInARow = 5
+
+// WaitUntilServing waits until only the lease holder answers ARP for the VIP and servingInARow new requests in a row
+// succeed through it, and returns the holder. An agent reports ready and takes the lease before its programs are
+// attached to the node's device (they are compiled first, for seconds when agents start together): until then the
+// VIP goes unanswered.
+func (c *Cluster) WaitUntilServing(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) (string, error) {
+	holder, err := c.WaitForLeaseHolder(ctx, exp, "")
+	if err != nil {
+		return "", err
+	}
+	mac, err := c.nodes[holder].MAC()
+	if err != nil {
+		return "", err
+	}
+	if macs, err := c.WaitForARP(ctx, func(macs []string) bool { return slices.Equal(macs, []string{mac}) }); err != nil {
+		return "", fmt.Errorf("ARP for the VIP is answered by %v, want only the holder %s's %s: %w", macs, holder, mac, err)
+	}
+	inARow := 0
+	var last error
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		if last = c.attempt(ctx); last != nil {
+			inARow = 0
+		} else {
+			inARow++
+		}
+		return inARow >= servingInARow, nil
+	}); err != nil {
+		return "", fmt.Errorf("the VIP does not serve %d requests in a row: %v: %w", servingInARow, last, err)
+	}
+	return holder, nil
+}
+
+// attempt is one new request through the VIP.
+func (c *Cluster) attempt(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err := c.ReadyzThroughVIP(ctx)
+	return err
+}
+
+// endpointReady says whether the exposure's EndpointSlices publish node's endpoint as ready.
+func (c *Cluster) endpointReady(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, n *Node) (bool, error) {
+	list := &discoveryv1.EndpointSliceList{}
+	if err := c.env.Client.List(ctx, list, client.InNamespace(exp.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: resources.ServiceName(exp.Name)}); err != nil {
+		return false, err
+	}
+	for _, s := range list.Items {
+		for _, e := range s.Endpoints {
+			if ptr.Deref(e.NodeName, "") == n.Name {
+				return ptr.Deref(e.Conditions.Ready, true), nil
+			}
+		}
+	}
+	return false, fmt.Errorf("the exposure publishes no endpoint of %s", n.Name)
 }

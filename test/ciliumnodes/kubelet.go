@@ -94,6 +94,7 @@ func (c *Cluster) runKubelets(ctx context.Context) {
 func (c *Cluster) syncPods(ctx context.Context) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.syncExtensionPods(ctx)
 	inst := c.installed[GardenerChart]
 	if inst == nil {
 		return
@@ -119,20 +120,11 @@ const minimumGracePeriod = 2 * time.Second
 
 func (c *Cluster) syncPod(ctx context.Context, inst *installation, n *Node, pod *corev1.Pod) error {
 	if pod.DeletionTimestamp != nil {
-		var exitCode int32
+		var stop func(context.Context) int32
 		if n.runs(pod.UID) {
-			grace, cancel := context.WithTimeout(ctx, max(minimumGracePeriod, time.Duration(ptr.Deref(pod.DeletionGracePeriodSeconds, 0))*time.Second))
-			exitCode = n.stopAgent(grace)
-			cancel()
+			stop = n.stopAgent
 		}
-		if pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
-			kubelet.ReportTerminated(pod, exitCode)
-			if err := c.env.Client.Status().Update(ctx, pod); err != nil {
-				return client.IgnoreNotFound(err)
-			}
-		}
-		logf("kubelet of %s: pod %s deleted, its agent exited with %d", n.Name, pod.Name, exitCode)
-		return client.IgnoreNotFound(c.env.Client.Delete(ctx, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &pod.UID}))
+		return c.finishDeleted(ctx, n, pod, stop, "its agent")
 	}
 	// Gardener's chart is what runs: a new pod on the node replaces the one its agent ran, recorded once its agent
 	// started.
@@ -163,6 +155,26 @@ func (c *Cluster) syncPod(ctx context.Context, inst *installation, n *Node, pod 
 	pod.Status.HostIP, pod.Status.PodIP = ip, ip
 	pod.Status.HostIPs, pod.Status.PodIPs = []corev1.HostIP{{IP: ip}}, []corev1.PodIP{{IP: ip}}
 	return client.IgnoreNotFound(c.env.Client.Status().Update(ctx, pod))
+}
+
+// finishDeleted does what kubelet does with a pod being deleted: its container (stop, nil when none runs) gets the
+// pod's grace period, at least minimumGracePeriod, before SIGKILL; the pod is reported terminal and then deleted for
+// good, with a precondition on its UID.
+func (c *Cluster) finishDeleted(ctx context.Context, n *Node, pod *corev1.Pod, stop func(context.Context) int32, what string) error {
+	var exitCode int32
+	if stop != nil {
+		grace, cancel := context.WithTimeout(ctx, max(minimumGracePeriod, time.Duration(ptr.Deref(pod.DeletionGracePeriodSeconds, 0))*time.Second))
+		exitCode = stop(grace)
+		cancel()
+	}
+	if pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
+		kubelet.ReportTerminated(pod, exitCode)
+		if err := c.env.Client.Status().Update(ctx, pod); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+	}
+	logf("kubelet of %s: pod %s deleted, %s exited with %d", n.Name, pod.Name, what, exitCode)
+	return client.IgnoreNotFound(c.env.Client.Delete(ctx, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &pod.UID}))
 }
 
 // logf writes what the nodes' kubelet did to the output of the test that runs, which a failing test shows.

@@ -51,6 +51,14 @@ type Node struct {
 	mu       sync.Mutex
 	agent    *podrun.Started
 	operator *podrun.Started
+	// extension is the extension's process on a control-plane node, from the pod extensionPod, running in
+	// extensionCgroup; extensionStarting while it is being started.
+	extension         *podrun.Started
+	extensionPod      types.UID
+	extensionCgroup   string
+	extensionStarting bool
+	// apiServerDown: the node's kube-apiserver was switched off with its link (LinkDown).
+	apiServerDown bool
 	// agentPod is the UID of the pod the agent runs.
 	agentPod types.UID
 	// silenced: the node drops every packet (Hung).
@@ -170,8 +178,13 @@ func (n *Node) stopAgent(ctx context.Context) int32 {
 	}()
 	agent.Stop(ctx)
 	close(stopped)
+	return exitCode(agent.Err())
+}
+
+// exitCode is a process's exit code as a container runtime reports it (128 + the signal for a killed process).
+func exitCode(err error) int32 {
 	var exit *exec.ExitError
-	switch err := agent.Err(); {
+	switch {
 	case err == nil:
 		return 0
 	case errors.As(err, &exit) && exit.ExitCode() >= 0:
@@ -447,6 +460,9 @@ func (n *Node) SwitchAPIServer(on bool) error {
 
 // die kills the node as death says, its agent without a chance to hand anything over, and returns when it died: the
 // moment its link went down, or its agent was killed before it went silent.
+//
+// A node whose link is down keeps running, but its kube-apiserver reaches no etcd quorum and answers nobody, its own
+// extension pod included: here it is switched off. A hung node runs nothing: its extension pod is frozen.
 func (n *Node) die(death Death) (time.Time, error) {
 	if death == LinkDown {
 		if err := n.SetLink(false); err != nil {
@@ -455,7 +471,20 @@ func (n *Node) die(death Death) (time.Time, error) {
 	}
 	start := time.Now()
 	n.Kill()
-	if death == Hung {
+	switch death {
+	case LinkDown:
+		if n.ControlPlane {
+			if err := n.SwitchAPIServer(false); err != nil {
+				return start, err
+			}
+			n.mu.Lock()
+			n.apiServerDown = true
+			n.mu.Unlock()
+		}
+	case Hung:
+		if err := n.freezeExtension(true); err != nil {
+			return start, err
+		}
 		// After the agent, whose BPF programs go with it, so that nothing on the node answers any more.
 		if err := n.silence(); err != nil {
 			return start, err
@@ -481,12 +510,20 @@ func (n *Node) silence() error {
 	return nil
 }
 
-// revive undoes silence and brings the link up.
+// revive undoes what die did: the node answers again, its link is up, its kube-apiserver and extension pod run.
 func (n *Node) revive() error {
 	n.mu.Lock()
-	silenced := n.silenced
-	n.silenced = false
+	silenced, apiServerDown := n.silenced, n.apiServerDown
+	n.silenced, n.apiServerDown = false, false
 	n.mu.Unlock()
+	if apiServerDown {
+		if err := n.SwitchAPIServer(true); err != nil {
+			return err
+		}
+	}
+	if err := n.freezeExtension(false); err != nil {
+		return err
+	}
 	if silenced {
 		for _, r := range silenceRules {
 			if out, err := iptables(n.sandbox.Netns(), append([]string{"-t", "raw", "-D"}, r...)...); err != nil {

@@ -44,6 +44,7 @@ const repinBound = 45 * time.Second
 func TestControlPlaneNodesAtNewAddresses(t *testing.T) {
 	const worker = "worker-0"
 	ctx := context.Background()
+	showExtensionLogsOnFailure(t)
 	if _, err := cluster.Run(ctx, ciliumnodes.Agents{Chart: ciliumnodes.GardenerChart}); err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +80,7 @@ func TestControlPlaneNodesAtNewAddresses(t *testing.T) {
 
 	// Every control-plane node moves again, with re-pinning off.
 	repinOff = true
-	if err := env.RestartExtension(ctx, false, "--disable-controllers="+repin.ControllerName); err != nil {
+	if err := cluster.ExtensionArgs(ctx, "--disable-controllers="+repin.ControllerName); err != nil {
 		t.Fatal(err)
 	}
 	moved = moveNodes(t, map[string]string{"cp-0": "10.0.1.40", "cp-1": "10.0.1.41", "cp-2": "10.0.1.42"})
@@ -152,7 +153,7 @@ func restoreAddresses(t *testing.T, worker string, restartExtension bool) {
 	}
 	moveNodes(t, to)
 	if restartExtension {
-		if err := env.RestartExtension(ctx, false); err != nil {
+		if err := cluster.ExtensionArgs(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}

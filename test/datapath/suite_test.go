@@ -63,3 +63,16 @@ func setup(ctx context.Context, e *testenv.Env) (func(), error) {
 	}
 	return cluster.Close, nil
 }
+
+// showExtensionLogsOnFailure shows the end of every extension pod's log when t fails.
+func showExtensionLogsOnFailure(t *testing.T) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, n := range cluster.Nodes() {
+				if n.ControlPlane {
+					t.Logf("--- the extension pod on %s ---\n%s", n.Name, n.ExtensionLogTail(200))
+				}
+			}
+		}
+	})
+}

@@ -20,17 +20,25 @@ import (
 // ForExtension is the extension's own container as kubelet would start the pod of its chart's DaemonSet (as
 // Gardener's resource manager applied it into env) on node, a hostNetwork pod whose status.podIP is the node's
 // InternalIP podIP: the binary env runs, a token of the chart's ServiceAccount, and the cluster CA of Gardener's
-// certificates. The caller adds the directories.
+// certificates. Where Kubernetes' DaemonSet controller stored the node's pod, that pod runs, and its token is bound to
+// it and names its node, as kubelet's projected token does; elsewhere (no controller runs) a pod made from the
+// template, with a token bound to nothing. The caller adds the directories.
 func ForExtension(ctx context.Context, env *testenv.Env, node, podIP string) (Container, error) {
 	daemonSet := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: testenv.ExtensionNamespace, Name: testenv.ServiceAccountName}}
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(daemonSet), daemonSet); err != nil {
 		return Container{}, fmt.Errorf("the chart's DaemonSet as the resource manager applied it: %w", err)
 	}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: daemonSet.Namespace, Name: daemonSet.Name + "-" + node, Labels: daemonSet.Spec.Template.Labels},
-		Spec:       *daemonSet.Spec.Template.Spec.DeepCopy(),
+	pod, err := StoredExtensionPod(ctx, env, daemonSet, node)
+	if err != nil {
+		return Container{}, err
 	}
-	pod.Spec.NodeName = node
+	if pod == nil {
+		pod = &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: daemonSet.Namespace, Name: daemonSet.Name + "-" + node, Labels: daemonSet.Spec.Template.Labels},
+			Spec:       *daemonSet.Spec.Template.Spec.DeepCopy(),
+		}
+		pod.Spec.NodeName = node
+	}
 	token, err := Token(ctx, env.Config, pod)
 	if err != nil {
 		return Container{}, err
@@ -80,4 +88,20 @@ func (s *Sandbox) TakeOver(ctx context.Context, env *testenv.Env, node, podIP, d
 		return nil, nil, errors.Join(fmt.Errorf("the extension pod is not ready: %w\n%s", err, started.LogTail(40)), giveBack())
 	}
 	return started, giveBack, nil
+}
+
+// StoredExtensionPod is the pod of the extension's daemonSet bound to node that is not being deleted, nil when there
+// is none.
+func StoredExtensionPod(ctx context.Context, env *testenv.Env, daemonSet *appsv1.DaemonSet, node string) (*corev1.Pod, error) {
+	pods := &corev1.PodList{}
+	if err := env.Client.List(ctx, pods, client.InNamespace(daemonSet.Namespace), client.MatchingLabels(daemonSet.Spec.Selector.MatchLabels)); err != nil {
+		return nil, err
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if owner := metav1.GetControllerOf(p); owner != nil && owner.UID == daemonSet.UID && p.Spec.NodeName == node && p.DeletionTimestamp == nil {
+			return p, nil
+		}
+	}
+	return nil, nil
 }

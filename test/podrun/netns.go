@@ -75,7 +75,9 @@ func (n *Netns) DialContext(ctx context.Context, network, addr string) (net.Conn
 	return c, err
 }
 
-// do runs f on a thread switched into the namespace; sockets f creates stay there.
+// Do runs f on a thread switched into the namespace; sockets f creates stay there.
+func (n *Netns) Do(f func() error) error { return n.do(f) }
+
 func (n *Netns) do(f func() error) error {
 	target, err := os.Open("/run/netns/" + n.name)
 	if err != nil {

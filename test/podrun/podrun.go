@@ -490,6 +490,8 @@ func (s *Sandbox) podEnv(pc Container, c corev1.Container) map[string]string {
 				out[e.Name] = pc.PodIP
 			case "metadata.name":
 				out[e.Name] = pod.Name
+			case "metadata.uid":
+				out[e.Name] = string(pod.UID)
 			}
 		}
 	}

@@ -10,11 +10,15 @@ import (
 	"strings"
 	"testing"
 
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
+	v1beta1constants "github.com/gardener/gardener/pkg/apis/core/v1beta1/constants"
 	"github.com/gardener/gardener/pkg/chartrenderer"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/charts"
@@ -28,8 +32,8 @@ const extensionKubeconfig = "extension-kubeconfig"
 // InstallChart installs the extension's chart as gardenlet and gardenadm do on the self-hosted shoot: rendered with
 // their values for the shoot of CreateSelfHostedShoot by Gardener's chart renderer, stored as the ManagedResource
 // kube-system/<registration name> of class seed, applied by Gardener's resource manager. The chart's DaemonSet stays
-// without pods unless a suite runs the DaemonSet controller and creates the PriorityClass its pods need, as
-// test/integration/rollout does; RunExtension runs the extension as that DaemonSet's pod would. It writes
+// without pods unless a suite runs the DaemonSet controller and creates the PriorityClass its pods need
+// (CreateSystemPriorityClass), as test/integration/rollout and test/ciliumnodes do; RunExtension runs the extension as that DaemonSet's pod would. It writes
 // a kubeconfig that impersonates the chart's ServiceAccount and returns its path: the extension run with it may do
 // exactly what the chart grants.
 func (e *Env) InstallChart(ctx context.Context, webhookURL string) (string, error) {
@@ -192,4 +196,17 @@ func RenderChart(shoot *gardencorev1beta1.Shoot) (*chartrenderer.RenderedChart, 
 func renderChart(values map[string]any) (*chartrenderer.RenderedChart, error) {
 	renderer := chartrenderer.NewWithServerVersion(&version.Info{GitVersion: "v1.36.3", Major: "1", Minor: "36"})
 	return renderer.RenderEmbeddedFS(charts.FS, charts.ChartPath, RegistrationName, ExtensionNamespace, values)
+}
+
+// CreateSystemPriorityClass creates the priority class of the extension's pods, as Gardener's seed system component
+// creates it (pkg/component/seed/system/system.go): without it, admission refuses the pods the DaemonSet controller
+// makes of the chart's DaemonSet.
+func (e *Env) CreateSystemPriorityClass(ctx context.Context) error {
+	err := e.Client.Create(ctx, &schedulingv1.PriorityClass{
+		ObjectMeta: metav1.ObjectMeta{Name: v1beta1constants.PriorityClassNameSeedSystem900}, Value: 999998900,
+	})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
 }

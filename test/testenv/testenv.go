@@ -209,6 +209,10 @@ func Start(opts Options) (*Env, error) {
 		}
 		*addr = "127.0.0.1:" + strconv.Itoa(port)
 	}
+	// The test's client speaks for several components at once (every node's kubelet in test/ciliumnodes, the
+	// observers of a failover), each of which has client-go's budget of its own in a real cluster; with one shared
+	// budget of 5 requests a second, their waits pile up past the observers' deadlines.
+	e.Config.QPS, e.Config.Burst = 100, 200
 	if e.Client, err = client.New(e.Config, client.Options{Scheme: scheme.New()}); err != nil {
 		e.Stop()
 		return nil, err

@@ -12,11 +12,13 @@ import (
 	"github.com/spf13/cobra"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -31,7 +33,9 @@ import (
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/l2handover"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/selfhostedshootexposure"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/staleaddress"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/webhookserver"
 )
@@ -45,6 +49,8 @@ type options struct {
 	reconcile        *extensionscmdcontroller.ReconcilerOptions
 	exposureCtrl     *extensionscmdcontroller.ControllerOptions
 	probes           *probeOptions
+	handover         *handoverOptions
+	pod              *podOptions
 	controllers      *extensionscmdcontroller.SwitchOptions
 	webhooks         *extensionscmdwebhook.AddToManagerOptions
 	optionAggregator extensionscmdcontroller.OptionAggregator
@@ -69,6 +75,8 @@ func newOptions() *options {
 		reconcile:    &extensionscmdcontroller.ReconcilerOptions{},
 		exposureCtrl: &extensionscmdcontroller.ControllerOptions{MaxConcurrentReconciles: 5},
 		probes:       newProbeOptions(),
+		handover:     newHandoverOptions(),
+		pod:          newPodOptions(),
 		controllers:  ControllerSwitchOptions(),
 	}
 	// No shoot webhooks are delivered as a ManagedResource: on a self-hosted shoot the framework merges them into the
@@ -84,6 +92,8 @@ func newOptions() *options {
 		o.reconcile,
 		extensionscmdcontroller.PrefixOption("selfhostedshootexposure-", o.exposureCtrl),
 		o.probes,
+		o.handover,
+		o.pod,
 		o.controllers,
 		o.webhooks,
 	)
@@ -105,6 +115,10 @@ func (o *options) complete() error {
 	selfhostedshootexposure.DefaultAddOptions.IgnoreOperationAnnotation = o.reconcile.Completed().IgnoreOperationAnnotation
 	selfhostedshootexposure.DefaultAddOptions.Probes = o.probes.Settings
 	selfhostedshootexposure.DefaultAddOptions.ExtensionClasses = slices.Clone(o.general.Completed().ExtensionClasses)
+	o.handover.Type, o.handover.Node = selfhostedshootexposure.Type, o.pod.Node
+	o.handover.Probes.ServiceAccount = o.probes.ServiceAccount
+	// Only a self-hosted shoot's control-plane nodes announce its kube-apiserver.
+	o.handover.Enabled = o.handover.Enabled && o.general.SelfHostedShootCluster
 	return nil
 }
 
@@ -154,6 +168,15 @@ func (o *options) run(ctx context.Context) error {
 	processOptions := options
 	processOptions.LeaderElection = false
 	config := o.rest.Completed().Config
+	if o.general.SelfHostedShootCluster {
+		writer, err := client.New(config, client.Options{})
+		if err != nil {
+			return err
+		}
+		if err := staleaddress.ReplaceIfStale(ctx, writer, o.pod.Pod, ctrl.Log.WithName(staleaddress.Name)); err != nil {
+			return err
+		}
+	}
 	mgr, err := manager.New(config, processOptions)
 	if err != nil {
 		return fmt.Errorf("could not instantiate manager: %w", err)
@@ -177,6 +200,16 @@ func (o *options) run(ctx context.Context) error {
 
 	if err := o.addWebhooks(ctx, mgr); err != nil {
 		return fmt.Errorf("could not add webhooks to manager: %w", err)
+	}
+	// Outside the leader terms: the leader may run on the very node whose announcement is to be handed over, or whose
+	// address changed.
+	if err := l2handover.AddToManager(mgr, o.handover.Options); err != nil {
+		return err
+	}
+	if o.general.SelfHostedShootCluster {
+		if err := staleaddress.AddToManager(mgr, o.pod.Pod); err != nil {
+			return err
+		}
 	}
 	terms, err := o.leaderTerms(ctx, config, mgr, options)
 	if err != nil {
@@ -208,7 +241,9 @@ func cacheScope(webhookNamespace string) map[client.Object]cache.ByObject {
 		&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{cilium.Namespace: {
 			FieldSelector: fields.OneTermEqualSelector("metadata.name", apiserverendpoints.ConfigMapName),
 		}}},
-		&corev1.Service{}:            kubeSystem,
+		&corev1.Service{}: kubeSystem,
+		// Cilium's L2 announcement leases, which the handover watches (pkg/controller/l2handover).
+		&coordinationv1.Lease{}:      kubeSystem,
 		&discoveryv1.EndpointSlice{}: kubeSystem,
 		&appsv1.DaemonSet{}:          kubeSystem,
 		// Only Cilium's pods are read (re-pinning); a large cluster has thousands of them and as many others.

@@ -2,8 +2,10 @@ package app
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	componentbaseconfigv1alpha1 "k8s.io/component-base/config/v1alpha1"
 
@@ -12,9 +14,11 @@ import (
 	"github.com/gardener/gardener/pkg/client/kubernetes"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/endpointsconfigmap"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/l2handover"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/managedresourceretry"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/repin"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/selfhostedshootexposure"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/staleaddress"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/health"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/webhook/apiserveraccess"
 )
@@ -118,5 +122,65 @@ func (o *probeOptions) Complete() error {
 	if err := o.Validate(); err != nil {
 		return fmt.Errorf("--endpoint-probe-*: %w", err)
 	}
+	return nil
+}
+
+// handoverOptions set the handover of L2 announcement leases to the replica's own node (pkg/controller/l2handover).
+type handoverOptions struct {
+	l2handover.Options
+}
+
+func newHandoverOptions() *handoverOptions {
+	return &handoverOptions{Options: l2handover.Options{Enabled: true, Probes: l2handover.DefaultProbes}}
+}
+
+// AddFlags implements extensionscmdcontroller.Flagger.
+func (o *handoverOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.BoolVar(&o.Enabled, "l2-handover", o.Enabled,
+		"Hand the L2 announcement lease of an exposure's VIP to this replica's node when the node holding it has no ready kube-apiserver and does not renew it.")
+	fs.DurationVar(&o.Probes.Interval, "l2-handover-probe-interval", o.Probes.Interval, "How often the kube-apiserver of a lease holder is probed (GET /readyz).")
+	fs.DurationVar(&o.Probes.Timeout, "l2-handover-probe-timeout", o.Probes.Timeout, "How long one probe of a lease holder's kube-apiserver may take.")
+	fs.IntVar(&o.Probes.FailureThreshold, "l2-handover-probe-failure-threshold", o.Probes.FailureThreshold,
+		"Failed probes in a row after which a lease holder's kube-apiserver counts as not ready.")
+}
+
+// Complete implements extensionscmdcontroller.Completer.
+func (o *handoverOptions) Complete() error {
+	if !o.Enabled {
+		return nil
+	}
+	if err := o.Probes.Validate(); err != nil {
+		return fmt.Errorf("--l2-handover-probe-*: %w", err)
+	}
+	return nil
+}
+
+// podOptions say which pod this replica runs in (the chart sets them from the downward API): the node it hands L2
+// leases to (pkg/controller/l2handover), and the pod it replaces when the node's address changes
+// (pkg/controller/staleaddress).
+type podOptions struct {
+	staleaddress.Pod
+	uid string
+}
+
+func newPodOptions() *podOptions {
+	return &podOptions{
+		Pod: staleaddress.Pod{Name: os.Getenv("POD_NAME"), Namespace: os.Getenv("POD_NAMESPACE"), IP: os.Getenv("POD_IP"), Node: os.Getenv("NODE_NAME")},
+		uid: os.Getenv("POD_UID"),
+	}
+}
+
+// AddFlags implements extensionscmdcontroller.Flagger.
+func (o *podOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Node, "node-name", o.Node, "The node this replica runs on (spec.nodeName; default $NODE_NAME): the only node it hands an L2 announcement lease to.")
+	fs.StringVar(&o.Name, "pod-name", o.Name, "This replica's pod (default $POD_NAME), which it deletes once its node no longer has the pod's address.")
+	fs.StringVar(&o.Namespace, "pod-namespace", o.Namespace, "The namespace of this replica's pod (default $POD_NAMESPACE).")
+	fs.StringVar(&o.uid, "pod-uid", o.uid, "The UID of this replica's pod (default $POD_UID).")
+	fs.StringVar(&o.IP, "pod-ip", o.IP, "The address of this replica's pod (status.podIP; default $POD_IP).")
+}
+
+// Complete implements extensionscmdcontroller.Completer.
+func (o *podOptions) Complete() error {
+	o.UID = types.UID(o.uid)
 	return nil
 }

@@ -61,12 +61,14 @@ type AddOptions struct {
 //   - the Cluster trigger: gardenadm edits only the Cluster when the Shoot's exposure configuration changes
 //     (gardener v1.150 does not copy it into the exposure);
 //   - the health trigger: the probers see a kube-apiserver go out or come back, which no API object reports;
+//   - the leader trigger: the probers run in the leader and start with a reconciliation, which Gardener's generic
+//     reconciler does not do for a succeeded exposure when a new leader starts;
 //   - not a wait, but a second cache: the owned objects are listed from metadata informers of their own
 //     (ownedObjects), because kube-apiserver answers label-selected lists of a kind whose watch cache is still
 //     initialising with 429 and a second's Retry-After, which made every first reconciliation after a start slow.
 //
-// These triggers are separate controllers because their sources differ (a Service, a Cluster, a channel); the Service
-// and health triggers share exposureTrigger, and all three requestReconcile.
+// These triggers are separate controllers because their sources differ (a Service, a Cluster, a channel, the start of
+// a term); the Service, health and leader triggers share exposureTrigger, and all of them requestReconcile.
 func AddToManagerWithOptions(ctx context.Context, mgr manager.Manager, opts AddOptions) error {
 	// Informers the reconciliation reads start with the manager rather than on the first exposure, whose
 	// reconciliation would otherwise wait for their initial sync (gardenadm waits for the exposure); for the kinds
@@ -90,7 +92,7 @@ func AddToManagerWithOptions(ctx context.Context, mgr manager.Manager, opts AddO
 	})
 	// The probers report changes of an endpoint's readiness here; the health trigger turns them into reconciliations.
 	changes := make(chan event.GenericEvent, 64)
-	probes, err := health.NewRegistry(mgr.GetConfig(), opts.Probes, enqueue(changes))
+	probes, err := health.NewRegistry(mgr.GetConfig(), health.PurposeEndpoints, opts.Probes, enqueue(changes))
 	if err != nil {
 		return err
 	}
@@ -110,6 +112,9 @@ func AddToManagerWithOptions(ctx context.Context, mgr manager.Manager, opts AddO
 		return err
 	}
 	if err := addHealthTrigger(mgr, changes); err != nil {
+		return err
+	}
+	if err := addLeaderTrigger(mgr); err != nil {
 		return err
 	}
 	return addClusterTrigger(mgr)

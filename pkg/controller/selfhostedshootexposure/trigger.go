@@ -170,3 +170,28 @@ func (t *clusterTrigger) Reconcile(ctx context.Context, req reconcile.Request) (
 	}
 	return retry, nil
 }
+
+// leaderTriggerName names the controller that has a new leader reconcile the exposures once.
+const leaderTriggerName = ControllerName + "-leader"
+
+// addLeaderTrigger has every exposure that was reconciled before reconciled once more when a leader term starts: the
+// probes of its endpoints run in the leader and start with the reconciliation (Track), and Gardener's generic
+// reconciler does not reconcile an exposure whose last operation succeeded when its controller starts. Without this,
+// a new leader would leave the endpoints' readiness as the old one last published until something else changed. The
+// informer lists the exposures when the controller starts, as create events.
+func addLeaderTrigger(mgr manager.Manager) error {
+	return builder.ControllerManagedBy(mgr).
+		Named(leaderTriggerName).
+		For(&extensionsv1alpha1.SelfHostedShootExposure{}, builder.WithPredicates(predicate.Funcs{
+			CreateFunc:  func(event.CreateEvent) bool { return true },
+			UpdateFunc:  func(event.UpdateEvent) bool { return false },
+			DeleteFunc:  func(event.DeleteEvent) bool { return false },
+			GenericFunc: func(event.GenericEvent) bool { return false },
+		})).
+		Complete(&exposureTrigger{client: mgr.GetClient(), wanted: reconciledBefore})
+}
+
+// reconciledBefore: the exposure has been reconciled; its first reconciliation comes without asking.
+func reconciledBefore(_ context.Context, _ client.Client, exp *extensionsv1alpha1.SelfHostedShootExposure) (bool, error) {
+	return exp.Status.LastOperation != nil, nil
+}

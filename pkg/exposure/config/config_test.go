@@ -50,7 +50,7 @@ func TestLoadDefaults(t *testing.T) {
 	if cfg.Announcement != exposure.AnnouncementL2 || cfg.L2 == nil {
 		t.Fatalf("announcement %q l2 %v, want L2 by default", cfg.Announcement, cfg.L2)
 	}
-	if cfg.L2.LeaseDuration.Duration != 5*time.Second || cfg.L2.LeaseRenewDeadline.Duration != 3*time.Second || cfg.L2.LeaseRetryPeriod.Duration != time.Second {
+	if cfg.L2.LeaseDuration.Duration != 5*time.Second || cfg.L2.LeaseRenewDeadline.Duration != 3*time.Second || cfg.L2.LeaseRetryPeriod.Duration != 500*time.Millisecond {
 		t.Errorf("lease defaults %v %v %v", cfg.L2.LeaseDuration, cfg.L2.LeaseRenewDeadline, cfg.L2.LeaseRetryPeriod)
 	}
 }

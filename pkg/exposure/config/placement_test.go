@@ -160,13 +160,13 @@ func TestL2LeaseTimingsLeaveTheNetworkConfigsOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := loaded.Config
-	all := map[string]string{"l2-announcements-lease-duration": "5s", "l2-announcements-renew-deadline": "3s", "l2-announcements-retry-period": "1s"}
+	all := map[string]string{"l2-announcements-lease-duration": "5s", "l2-announcements-renew-deadline": "3s", "l2-announcements-retry-period": "500ms"}
 	if got := L2LeaseTimings(s, cfg); !maps.Equal(got, all) {
 		t.Errorf("without a NetworkConfig: %v, want the exposure's %v", got, all)
 	}
 	s.Spec.Networking.ProviderConfig = &runtime.RawExtension{Raw: []byte(`{"apiVersion":"cilium.networking.extensions.gardener.cloud/v1alpha1",` +
 		`"kind":"NetworkConfig","l2Announcements":{"enabled":true,"leaseDuration":"20s"}}`)}
-	want := map[string]string{"l2-announcements-renew-deadline": "3s", "l2-announcements-retry-period": "1s"}
+	want := map[string]string{"l2-announcements-renew-deadline": "3s", "l2-announcements-retry-period": "500ms"}
 	if got := L2LeaseTimings(s, cfg); !maps.Equal(got, want) {
 		t.Errorf("with the NetworkConfig's leaseDuration: %v, want %v", got, want)
 	}

@@ -92,8 +92,18 @@ type State struct {
 	Reason string
 }
 
+// What a registry's probes are for, the purpose label of their metrics: the same kube-apiserver may be probed for both.
+const (
+	// PurposeEndpoints: whether the exposure publishes an endpoint as ready (the leader's registry).
+	PurposeEndpoints = "endpoints"
+	// PurposeL2Handover: whether the node that holds an L2 announcement lease still has a kube-apiserver (every
+	// replica's registry, pkg/controller/l2handover).
+	PurposeL2Handover = "l2-handover"
+)
+
 // Registry holds one prober per endpoint address, for the exposures that list it.
 type Registry struct {
+	purpose  string
 	settings Settings
 	client   *http.Client
 	// changed is called with the exposures that list an address whose State changed, and a context that ends when
@@ -114,9 +124,10 @@ type Registry struct {
 }
 
 // NewRegistry returns a registry whose probes verify as config does, under apiserverendpoints.ServerName, and
-// authenticate with tokens of settings.ServiceAccount, or as config does. When the State of an address changes, changed is called from its prober's goroutine
-// with the exposures that list the address and a context that ends when the prober stops.
-func NewRegistry(config *rest.Config, settings Settings, changed func(ctx context.Context, exposures []types.NamespacedName)) (*Registry, error) {
+// authenticate with tokens of settings.ServiceAccount, or as config does. When the State of an address changes,
+// changed is called from its prober's goroutine with the exposures that list the address and a context that ends when
+// the prober stops. purpose labels the metrics.
+func NewRegistry(config *rest.Config, purpose string, settings Settings, changed func(ctx context.Context, exposures []types.NamespacedName)) (*Registry, error) {
 	if err := settings.Validate(); err != nil {
 		return nil, err
 	}
@@ -135,6 +146,7 @@ func NewRegistry(config *rest.Config, settings Settings, changed func(ctx contex
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Registry{
+		purpose:  purpose,
 		settings: settings,
 		client: &http.Client{Transport: transport, Timeout: settings.Timeout,
 			// The transport adds the token to every request, a redirected one too: a redirect is an answer (not ready),
@@ -176,7 +188,7 @@ func (r *Registry) Track(key types.NamespacedName, addresses []string) {
 			ctx, cancel := context.WithCancel(r.ctx)
 			p.cancel = cancel
 			r.probers[addr] = p
-			setReady(addr, true)
+			setReady(r.purpose, addr, true)
 			r.wg.Go(func() { p.run(ctx) })
 		}
 	}
@@ -203,7 +215,7 @@ func (r *Registry) release(key types.NamespacedName, addr string) {
 	if p := r.probers[addr]; p != nil {
 		p.cancel()
 		delete(r.probers, addr)
-		forget(addr)
+		forget(r.purpose, addr)
 	}
 }
 
@@ -298,7 +310,7 @@ func (p *prober) probe(ctx context.Context) error {
 	start := time.Now()
 	defer func() {
 		if ctx.Err() == nil {
-			observeProbe(p.address, time.Since(start))
+			observeProbe(p.registry.purpose, p.address, time.Since(start))
 		}
 	}()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+p.address+"/readyz", nil)
@@ -341,7 +353,7 @@ func (p *prober) observe(ctx context.Context, err error) {
 	ready := p.state.Ready
 	p.mu.Unlock()
 	if changed {
-		transition(p.address, ready)
+		transition(p.registry.purpose, p.address, ready)
 		if p.registry.changed != nil {
 			p.registry.changed(ctx, p.registry.Users(p.address))
 		}

@@ -132,7 +132,7 @@ func (c *changes) all() [][]types.NamespacedName {
 
 func newRegistry(t *testing.T, ca *secretsutils.Certificate, c *changes) *Registry {
 	t.Helper()
-	r, err := NewRegistry(&rest.Config{BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: ca.CertificatePEM}}, fast, c.record)
+	r, err := NewRegistry(&rest.Config{BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: ca.CertificatePEM}}, PurposeEndpoints, fast, c.record)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,17 +188,17 @@ func TestEndpointOutAndBack(t *testing.T) {
 		t.Errorf("users of %s: %v, want both exposures", all[1], got)
 	}
 
-	if got := testutil.ToFloat64(endpointReady.WithLabelValues(all[1])); got != 0 {
+	if got := testutil.ToFloat64(endpointReady.WithLabelValues(PurposeEndpoints, all[1])); got != 0 {
 		t.Errorf("metric endpoint_ready of the endpoint out: %v", got)
 	}
 	servers[1].status.Store(http.StatusOK)
 	waitFor(t, "the endpoint is back", func() bool { return r.State(all[1]).Ready })
 	for to, want := range map[string]float64{"not-ready": 1, "ready": 1} {
-		if got := testutil.ToFloat64(endpointTransitions.WithLabelValues(all[1], to)); got != want {
+		if got := testutil.ToFloat64(endpointTransitions.WithLabelValues(PurposeEndpoints, all[1], to)); got != want {
 			t.Errorf("metric transitions_total to %s: %v, want %v", to, got, want)
 		}
 	}
-	if got := testutil.ToFloat64(endpointReady.WithLabelValues(all[1])); got != 1 {
+	if got := testutil.ToFloat64(endpointReady.WithLabelValues(PurposeEndpoints, all[1])); got != 1 {
 		t.Errorf("metric endpoint_ready of the endpoint back: %v", got)
 	}
 	if got := testutil.CollectAndCount(probeDuration, "cilium_selfhosted_apiserver_probe_duration_seconds"); got < 3 {
@@ -226,7 +226,7 @@ func TestProbesVerifyAndAuthenticate(t *testing.T) {
 		}
 	}
 
-	unauthenticated, err := NewRegistry(&rest.Config{TLSClientConfig: rest.TLSClientConfig{CAData: ca.CertificatePEM}}, fast, nil)
+	unauthenticated, err := NewRegistry(&rest.Config{TLSClientConfig: rest.TLSClientConfig{CAData: ca.CertificatePEM}}, PurposeEndpoints, fast, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,7 +351,7 @@ func TestProbingOff(t *testing.T) {
 	ca := newCA(t)
 	s := newAPIServer(t, ca, apiserverendpoints.ServerName)
 	s.status.Store(http.StatusServiceUnavailable)
-	r, err := NewRegistry(&rest.Config{BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: ca.CertificatePEM}}, Settings{}, nil)
+	r, err := NewRegistry(&rest.Config{BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: ca.CertificatePEM}}, PurposeEndpoints, Settings{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +389,7 @@ func proberRegistry(t *testing.T, ca *secretsutils.Certificate, pair tls.Certifi
 	server.StartTLS()
 	t.Cleanup(server.Close)
 	settings.ServiceAccount = "extension/prober"
-	r, err := NewRegistry(&rest.Config{Host: server.URL, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: ca.CertificatePEM}}, settings, (&changes{}).record)
+	r, err := NewRegistry(&rest.Config{Host: server.URL, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: ca.CertificatePEM}}, PurposeEndpoints, settings, (&changes{}).record)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -499,7 +499,7 @@ func TestProberTokenRenewedInBackground(t *testing.T) {
 	if n := expired.Load(); n != 0 {
 		t.Errorf("%d probes carried an expired token", n)
 	}
-	if n := testutil.ToFloat64(endpointTransitions.WithLabelValues(server.Listener.Addr().String(), "not-ready")); n != 0 {
+	if n := testutil.ToFloat64(endpointTransitions.WithLabelValues(PurposeEndpoints, server.Listener.Addr().String(), "not-ready")); n != 0 {
 		t.Errorf("the endpoint went out %v times while its token was renewed", n)
 	}
 }

@@ -7,52 +7,52 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
-// The probers' metrics, per endpoint address (host:port). Registered once for the process, with controller-runtime's
-// registry, which the extension serves on /metrics.
+// The probers' metrics, per registry purpose (PurposeEndpoints, PurposeL2Handover) and endpoint address (host:port).
+// Registered once for the process, with controller-runtime's registry, which the extension serves on /metrics.
 var (
 	probeDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "cilium_selfhosted_apiserver_probe_duration_seconds",
 		Help:    "Duration of the probes (GET /readyz) of the kube-apiserver behind an exposure endpoint, failed ones included.",
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
-	}, []string{"endpoint"})
+	}, []string{"purpose", "endpoint"})
 	endpointReady = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "cilium_selfhosted_apiserver_endpoint_ready",
 		Help: "1 while the probes count the kube-apiserver behind an exposure endpoint as ready, 0 while they take it out.",
-	}, []string{"endpoint"})
+	}, []string{"purpose", "endpoint"})
 	endpointTransitions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cilium_selfhosted_apiserver_endpoint_transitions_total",
 		Help: "Changes of an exposure endpoint between ready and not ready, by the state changed to.",
-	}, []string{"endpoint", "to"})
+	}, []string{"purpose", "endpoint", "to"})
 )
 
 func init() {
 	metrics.Registry.MustRegister(probeDuration, endpointReady, endpointTransitions)
 }
 
-func observeProbe(address string, d time.Duration) {
-	probeDuration.WithLabelValues(address).Observe(d.Seconds())
+func observeProbe(purpose, address string, d time.Duration) {
+	probeDuration.WithLabelValues(purpose, address).Observe(d.Seconds())
 }
 
-func setReady(address string, ready bool) {
+func setReady(purpose, address string, ready bool) {
 	v := 0.0
 	if ready {
 		v = 1
 	}
-	endpointReady.WithLabelValues(address).Set(v)
+	endpointReady.WithLabelValues(purpose, address).Set(v)
 }
 
-func transition(address string, ready bool) {
-	setReady(address, ready)
+func transition(purpose, address string, ready bool) {
+	setReady(purpose, address, ready)
 	to := "not-ready"
 	if ready {
 		to = "ready"
 	}
-	endpointTransitions.WithLabelValues(address, to).Inc()
+	endpointTransitions.WithLabelValues(purpose, address, to).Inc()
 }
 
 // forget drops the series of an address nobody probes any more.
-func forget(address string) {
-	probeDuration.DeleteLabelValues(address)
-	endpointReady.DeleteLabelValues(address)
-	endpointTransitions.DeletePartialMatch(prometheus.Labels{"endpoint": address})
+func forget(purpose, address string) {
+	probeDuration.DeleteLabelValues(purpose, address)
+	endpointReady.DeleteLabelValues(purpose, address)
+	endpointTransitions.DeletePartialMatch(prometheus.Labels{"purpose": purpose, "endpoint": address})
 }

@@ -79,11 +79,19 @@ func runExtensionPod(t *testing.T) {
 // created.
 func exposureOfExtensionPod(t *testing.T, name string) *extensionsv1alpha1.SelfHostedShootExposure {
 	t.Helper()
+	exp := fixtureExposure(t, name)
+	runExtensionPod(t)
+	return exp
+}
+
+// fixtureExposure stores Cilium's configuration as Gardener's chart makes it and returns the exposure gardenadm would
+// create for the nodes, not yet created.
+func fixtureExposure(t *testing.T, name string) *extensionsv1alpha1.SelfHostedShootExposure {
+	t.Helper()
 	ctx := context.Background()
 	if err := ciliumchart.CreateGardenerConfig(ctx, env.Client); err != nil {
 		t.Fatal(err)
 	}
-	runExtensionPod(t)
 	nodes := &corev1.NodeList{}
 	if err := env.Client.List(ctx, nodes); err != nil {
 		t.Fatal(err)
@@ -156,6 +164,30 @@ func TestUnreadyEndpointsAreTakenOut(t *testing.T) {
 	if err := testenv.WaitFor(ctx, 30*time.Second, func(context.Context) (bool, error) { return open() == 0, nil }); err != nil {
 		t.Errorf("%d connections to the endpoints still open after the exposure is gone", open())
 	}
+}
+
+// TestNewLeaderProbes: an exposure that one leader reconciled (env's extension, which does not probe) is probed by the
+// next one (the chart's pod, which takes the lease over) without anything else changing. Gardener's generic reconciler
+// does not reconcile an exposure whose last operation succeeded when its controller starts, and the probes start with
+// a reconciliation; the leader trigger has the new leader reconcile it. Found by the datapath suite: after the
+// leader's own kube-apiserver stopped, the next leader never took that endpoint out.
+func TestNewLeaderProbes(t *testing.T) {
+	ctx := context.Background()
+	exp := fixtureExposure(t, "new-leader")
+	if err := env.Client.Create(ctx, exp); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = sandbox.SwitchOn(address(2))
+		_ = env.Client.Delete(context.Background(), exp)
+	})
+	if err := testenv.WaitUntilReady(ctx, env.Client, exp, time.Minute); err != nil {
+		t.Fatalf("the exposure never succeeded: %v (lastError %v)", err, exp.Status.LastError)
+	}
+	runExtensionPod(t)
+	sandbox.SwitchOff(address(2))
+	took := waitUntilPublished(t, exp, map[string]bool{controlPlaneIPs[0]: true, controlPlaneIPs[1]: true, controlPlaneIPs[2]: false}, "EndpointsNotReady")
+	t.Logf("cp-2's kube-apiserver refusing connections after the leader changed: published as not ready after %s", took)
 }
 
 // TestPodServesOnItsOwnAddress: run as its chart's pod on cp-0 (host network: the pod's address is the node's

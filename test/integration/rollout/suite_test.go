@@ -10,12 +10,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	schedulingv1 "k8s.io/api/scheduling/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	v1beta1constants "github.com/gardener/gardener/pkg/apis/core/v1beta1/constants"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
@@ -45,11 +40,7 @@ func setup(ctx context.Context, e *testenv.Env) (func(), error) {
 			return nil, err
 		}
 	}
-	// The priority class of the extension's pods, as Gardener's seed system component creates it
-	// (pkg/component/seed/system/system.go).
-	if err := e.Client.Create(ctx, &schedulingv1.PriorityClass{
-		ObjectMeta: metav1.ObjectMeta{Name: v1beta1constants.PriorityClassNameSeedSystem900}, Value: 999998900,
-	}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := e.CreateSystemPriorityClass(ctx); err != nil {
 		return nil, err
 	}
 	var err error

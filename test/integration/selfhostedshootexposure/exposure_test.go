@@ -89,7 +89,7 @@ func TestCiliumConfigGetsTheLeaseTimings(t *testing.T) {
 	}
 	for k, v := range map[string]string{
 		"enable-lb-ipam": "true", "enable-l2-announcements": "true", "l2-announcements-lease-duration": "5s",
-		"l2-announcements-renew-deadline": "3s", "l2-announcements-retry-period": "1s",
+		"l2-announcements-renew-deadline": "3s", "l2-announcements-retry-period": "500ms",
 	} {
 		if cm.Data[k] != v {
 			t.Errorf("cilium-config %s = %q, want %q", k, cm.Data[k], v)

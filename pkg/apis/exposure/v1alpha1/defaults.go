@@ -21,9 +21,11 @@ func SetDefaults_ExposureConfig(obj *ExposureConfig) {
 	}
 }
 
-// SetDefaults_L2 sets lease timings that fail the VIP over within a few seconds, those kube-vip uses for the same job
-// (5s/3s/1s). Cilium's own defaults (15s/5s/2s) leave kube-apiserver unreachable for up to 20s when the announcing node
-// fails. Renewing one lease every second stays far below Cilium's client rate limit (10 QPS).
+// SetDefaults_L2 sets lease timings that fail the VIP over within a few seconds: kube-vip's duration and renew deadline
+// for the same job (5s/3s), and a retry period of 500ms, since the extension's handover (pkg/controller/l2handover)
+// waits two retry periods for a renewal and the agent it hands the lease to acts within 2.2 retry periods. Cilium's own
+// defaults (15s/5s/2s) leave kube-apiserver unreachable for up to 20s when the announcing node fails. Each agent then
+// reads the lease twice a second (the holder writes it as often), far below Cilium's client rate limit (10 QPS).
 func SetDefaults_L2(obj *L2) {
 	if obj.LeaseDuration == nil {
 		obj.LeaseDuration = &metav1.Duration{Duration: 5 * time.Second}
@@ -32,6 +34,6 @@ func SetDefaults_L2(obj *L2) {
 		obj.LeaseRenewDeadline = &metav1.Duration{Duration: 3 * time.Second}
 	}
 	if obj.LeaseRetryPeriod == nil {
-		obj.LeaseRetryPeriod = &metav1.Duration{Duration: time.Second}
+		obj.LeaseRetryPeriod = &metav1.Duration{Duration: 500 * time.Millisecond}
 	}
 }

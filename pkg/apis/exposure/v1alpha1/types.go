@@ -67,7 +67,7 @@ type L2 struct {
 	// LeaseRenewDeadline is the L2 lease renew deadline (default 3s).
 	// +optional
 	LeaseRenewDeadline *metav1.Duration `json:"leaseRenewDeadline,omitempty"`
-	// LeaseRetryPeriod is the L2 lease retry period (default 1s).
+	// LeaseRetryPeriod is the L2 lease retry period (default 500ms).
 	// +optional
 	LeaseRetryPeriod *metav1.Duration `json:"leaseRetryPeriod,omitempty"`
 }

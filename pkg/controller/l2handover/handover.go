@@ -1,0 +1,365 @@
+package l2handover
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	ciliumv2alpha1 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2alpha1"
+	slimv1 "github.com/cilium/cilium/pkg/k8s/slim/k8s/apis/meta/v1"
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
+	"github.com/gardener/gardener/pkg/utils/kubernetes/health"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/ciliumconfig"
+	exposurehealth "github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/health"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
+)
+
+// Event reasons on the exposure.
+const (
+	EventHandedOver     = "HandedOver"
+	EventHandoverUndone = "HandoverUndone"
+)
+
+const (
+	// tick is how often the leases are looked at: it adds at most that to a handover.
+	tick = 50 * time.Millisecond
+	// timingsMaxAge is how long the timings read from cilium-config are used before they are read again.
+	timingsMaxAge = 30 * time.Second
+	// writeTimeout bounds one write of a lease.
+	writeTimeout = 2 * time.Second
+)
+
+// Handover runs in every replica, leader or not (a replica on the dying node may well be the leader), and hands the
+// leases only to its own node, through its own node's kube-apiserver, as that node's agent reaches it.
+type Handover struct {
+	// Node is this replica's node.
+	Node string
+	// Type is the exposure type the extension serves.
+	Type string
+	// Cache reads the exposures, leases, slices, nodes and Cilium's pods as informers hold them; Client writes the
+	// lease; Reader reads cilium-config and the L2 policies from kube-apiserver.
+	Cache  client.Reader
+	Client client.Writer
+	Reader client.Reader
+	// Probes probe the holders' kube-apiservers.
+	Probes   Probes
+	Recorder record.EventRecorder
+	Clock    clock.PassiveClock
+	Log      logr.Logger
+
+	mu sync.Mutex
+	// seen is, by lease, the resourceVersion last seen and when it was first seen.
+	seen map[types.NamespacedName]sighting
+	// handed are the leases this replica handed to its node, until its agent renews them or the handover is undone.
+	handed  map[types.NamespacedName]handing
+	timings Timings
+	readAt  time.Time
+}
+
+// Probes are what the handover needs of an exposurehealth.Registry.
+type Probes interface {
+	Track(key types.NamespacedName, addresses []string)
+	Untrack(key types.NamespacedName)
+	State(address string) exposurehealth.State
+	Stop()
+}
+
+type sighting struct {
+	resourceVersion string
+	at              time.Time
+}
+
+type handing struct {
+	exposure        *extensionsv1alpha1.SelfHostedShootExposure
+	from            string
+	resourceVersion string
+	at, deadline    time.Time
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable: every replica hands over to its own node.
+func (*Handover) NeedLeaderElection() bool { return false }
+
+// Start implements manager.Runnable.
+func (h *Handover) Start(ctx context.Context) error {
+	h.Log.Info("Handing the L2 announcement leases of failed announcers to this node", "node", h.Node)
+	wait.UntilWithContext(ctx, h.step, tick)
+	h.Probes.Stop()
+	return nil
+}
+
+// step looks at the lease of every exposure of the extension's type.
+func (h *Handover) step(ctx context.Context) {
+	list := &extensionsv1alpha1.SelfHostedShootExposureList{}
+	if err := h.Cache.List(ctx, list); err != nil {
+		h.Log.V(1).Info("Listing exposures failed", "error", err.Error())
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.seen == nil {
+		h.seen, h.handed = map[types.NamespacedName]sighting{}, map[types.NamespacedName]handing{}
+	}
+	now := h.Clock.Now()
+	live := map[types.NamespacedName]bool{}
+	for i := range list.Items {
+		exp := &list.Items[i]
+		if exp.Spec.Type != h.Type || exp.DeletionTimestamp != nil {
+			continue
+		}
+		key := LeaseKey(exp)
+		live[key] = true
+		if err := h.look(ctx, exp, key, now); err != nil {
+			h.Log.V(1).Info("Looking at the L2 announcement lease failed", "lease", key, "error", err.Error())
+		}
+	}
+	for key := range h.seen {
+		if !live[key] {
+			delete(h.seen, key)
+			delete(h.handed, key)
+			h.Probes.Untrack(key)
+		}
+	}
+}
+
+// LeaseKey is Cilium's L2 announcement lease of the exposure's Service.
+func LeaseKey(exp *extensionsv1alpha1.SelfHostedShootExposure) types.NamespacedName {
+	return types.NamespacedName{Namespace: cilium.Namespace, Name: cilium.L2AnnouncementLeaseName(exp.Namespace, resources.ServiceName(exp.Name))}
+}
+
+func (h *Handover) look(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, key types.NamespacedName, now time.Time) error {
+	lease := &coordinationv1.Lease{}
+	if err := h.Cache.Get(ctx, key, lease); err != nil {
+		// No lease: BGP, or no agent campaigned yet.
+		h.Probes.Untrack(key)
+		return client.IgnoreNotFound(err)
+	}
+	if s, ok := h.seen[key]; !ok || s.resourceVersion != lease.ResourceVersion {
+		h.seen[key] = sighting{resourceVersion: lease.ResourceVersion, at: now}
+	}
+	unrenewed := now.Sub(h.seen[key].at)
+	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
+	if handed, ok := h.handed[key]; ok {
+		return h.acknowledge(ctx, key, lease, handed, now)
+	}
+	if holder == "" || holder == h.Node {
+		h.Probes.Untrack(key)
+		return nil
+	}
+	address, err := h.endpointOf(ctx, exp, holder)
+	if err != nil {
+		return err
+	}
+	if address == "" {
+		h.Probes.Untrack(key)
+	} else {
+		h.Probes.Track(key, []string{address})
+	}
+	timings, err := h.leaseTimings(ctx, now)
+	if err != nil {
+		return err
+	}
+	facts := Facts{Self: h.Node, Holder: holder, Unrenewed: unrenewed, Timings: timings, HolderProbed: address != ""}
+	if facts.HolderProbed {
+		facts.HolderAPIServer = h.Probes.State(address)
+	}
+	// This node's own state is read only once the holder failed: it takes a read from kube-apiserver.
+	if failed, _ := HolderFailed(facts); !failed {
+		return nil
+	}
+	if facts.SelfSelected, facts.SelfReady, facts.AgentReady, err = h.candidate(ctx, exp); err != nil {
+		return err
+	}
+	ok, why := Decide(facts)
+	if !ok {
+		h.Log.V(1).Info("Not handing the L2 announcement lease over", "lease", key, "reason", why)
+		return nil
+	}
+	return h.handOver(ctx, exp, key, lease, why, now)
+}
+
+// handOver writes this node as the holder, on the resourceVersion read.
+func (h *Handover) handOver(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, key types.NamespacedName, lease *coordinationv1.Lease, why string, now time.Time) error {
+	from := ptr.Deref(lease.Spec.HolderIdentity, "")
+	updated := lease.DeepCopy()
+	at := metav1.NewMicroTime(now)
+	updated.Spec.HolderIdentity = ptr.To(h.Node)
+	updated.Spec.AcquireTime, updated.Spec.RenewTime = &at, &at
+	updated.Spec.LeaseTransitions = ptr.To(ptr.Deref(lease.Spec.LeaseTransitions, 0) + 1)
+	if err := h.write(ctx, updated); err != nil {
+		if apierrors.IsConflict(err) {
+			// Renewed after all, or another replica handed it to its node first.
+			countHandover(resultConflict)
+			return nil
+		}
+		return fmt.Errorf("handing lease %s to %s: %w", key, h.Node, err)
+	}
+	timings, _ := h.leaseTimings(ctx, now)
+	h.handed[key] = handing{exposure: exp, from: from, resourceVersion: updated.ResourceVersion, at: now, deadline: now.Add(timings.AcknowledgeWithin())}
+	h.seen[key] = sighting{resourceVersion: updated.ResourceVersion, at: now}
+	countHandover(resultHandedOver)
+	h.Log.Info("Handed the L2 announcement lease to this node", "lease", key, "from", from, "to", h.Node, "reason", why)
+	h.Recorder.Eventf(exp, corev1.EventTypeNormal, EventHandedOver, "Handed the L2 announcement of the VIP from %s to %s: %s", from, h.Node, why)
+	return nil
+}
+
+// acknowledge waits for this node's agent to renew a lease handed to it, and undoes the handover when it does not in
+// time: the agent may not campaign after all (no matching interface does not stop it campaigning, but a stuck agent
+// or one without L2 announcements does). An empty holder lets every campaigning agent take the lease at its next try.
+func (h *Handover) acknowledge(ctx context.Context, key types.NamespacedName, lease *coordinationv1.Lease, handed handing, now time.Time) error {
+	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
+	switch {
+	case lease.ResourceVersion != handed.resourceVersion && holder == h.Node:
+		delete(h.handed, key)
+		countHandover(resultAcknowledged)
+		acknowledgeSeconds.Observe(now.Sub(handed.at).Seconds())
+		h.Log.Info("This node's agent renewed the L2 announcement lease handed to it", "lease", key, "after", now.Sub(handed.at).Round(time.Millisecond))
+		return nil
+	case lease.ResourceVersion != handed.resourceVersion:
+		delete(h.handed, key)
+		h.Log.Info("The L2 announcement lease changed before this node's agent renewed it", "lease", key, "holder", holder)
+		return nil
+	case now.Before(handed.deadline):
+		return nil
+	}
+	undone := lease.DeepCopy()
+	at := metav1.NewMicroTime(now)
+	undone.Spec.HolderIdentity = ptr.To("")
+	undone.Spec.LeaseDurationSeconds = ptr.To[int32](1)
+	undone.Spec.AcquireTime, undone.Spec.RenewTime = &at, &at
+	if err := h.write(ctx, undone); err != nil {
+		if apierrors.IsConflict(err) {
+			return nil // the lease changed: the next step sees how
+		}
+		return fmt.Errorf("undoing the handover of lease %s: %w", key, err)
+	}
+	delete(h.handed, key)
+	countHandover(resultUndone)
+	h.Log.Info("This node's agent did not renew the L2 announcement lease handed to it; cleared it for every agent", "lease", key, "within", handed.deadline.Sub(handed.at))
+	h.Recorder.Eventf(handed.exposure, corev1.EventTypeWarning, EventHandoverUndone,
+		"Cilium's agent on %s did not renew the L2 announcement lease within %s of the handover from %s; the lease is cleared, and the next agent to try takes it",
+		h.Node, handed.deadline.Sub(handed.at), handed.from)
+	return nil
+}
+
+func (h *Handover) write(ctx context.Context, lease *coordinationv1.Lease) error {
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	return h.Client.Update(ctx, lease)
+}
+
+// endpointOf is the address (IP:port) of node's endpoint in the exposure's EndpointSlices, "" when it has none.
+func (h *Handover) endpointOf(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, node string) (string, error) {
+	slices := &discoveryv1.EndpointSliceList{}
+	if err := h.Cache.List(ctx, slices, client.InNamespace(exp.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: resources.ServiceName(exp.Name)}); err != nil {
+		return "", err
+	}
+	for _, s := range slices.Items {
+		var port int32
+		for _, p := range s.Ports {
+			if ptr.Deref(p.Name, "") == resources.PortName && p.Port != nil {
+				port = *p.Port
+			}
+		}
+		for _, e := range s.Endpoints {
+			if ptr.Deref(e.NodeName, "") == node && len(e.Addresses) > 0 && port != 0 {
+				return resources.EndpointAddress(e.Addresses[0], port), nil
+			}
+		}
+	}
+	return "", nil
+}
+
+// candidate says whether the exposure's L2 policy selects this node, the node is Ready and Cilium's agent on it is.
+func (h *Handover) candidate(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) (selected, ready, agentReady bool, err error) {
+	node := &corev1.Node{}
+	if err := h.Cache.Get(ctx, client.ObjectKey{Name: h.Node}, node); err != nil {
+		return false, false, false, fmt.Errorf("reading this node %s: %w", h.Node, err)
+	}
+	policy := &ciliumv2alpha1.CiliumL2AnnouncementPolicy{}
+	if err := h.Reader.Get(ctx, client.ObjectKey{Name: resources.ClusterScopedName(exp.Namespace, exp.Name)}, policy); err != nil {
+		return false, false, false, fmt.Errorf("reading the exposure's L2 policy: %w", err)
+	}
+	selector, err := slimv1.LabelSelectorAsSelector(policy.Spec.NodeSelector)
+	if err != nil {
+		return false, false, false, err
+	}
+	pods := &corev1.PodList{}
+	if err := h.Cache.List(ctx, pods, client.InNamespace(cilium.Namespace), client.MatchingLabels{cilium.LabelKeyApp: cilium.LabelValueAgent}); err != nil {
+		return false, false, false, err
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Spec.NodeName == h.Node && p.DeletionTimestamp == nil && health.IsPodReady(p) {
+			agentReady = true
+		}
+	}
+	return selector.Matches(labels.Set(node.Labels)), nodeReady(node), agentReady, nil
+}
+
+func nodeReady(node *corev1.Node) bool {
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// leaseTimings are the agents' lease timings from cilium-config, read at most every timingsMaxAge.
+func (h *Handover) leaseTimings(ctx context.Context, now time.Time) (Timings, error) {
+	if !h.readAt.IsZero() && now.Sub(h.readAt) < timingsMaxAge {
+		return h.timings, nil
+	}
+	cm := &corev1.ConfigMap{}
+	if err := h.Reader.Get(ctx, client.ObjectKey{Namespace: cilium.Namespace, Name: cilium.ConfigMapName}, cm); err != nil {
+		return Timings{}, fmt.Errorf("reading %s: %w", cilium.ConfigMapName, err)
+	}
+	t, err := TimingsOf(cm.Data)
+	if err != nil {
+		return Timings{}, err
+	}
+	h.timings, h.readAt = t, now
+	return t, nil
+}
+
+// TimingsOf are the lease timings of cilium-config's data, Cilium's defaults where it has none.
+func TimingsOf(data map[string]string) (Timings, error) {
+	t := CiliumDefaultTimings
+	for _, s := range []struct {
+		key string
+		to  *time.Duration
+	}{
+		{ciliumconfig.KeyL2LeaseDuration, &t.Duration},
+		{ciliumconfig.KeyL2LeaseRenewDeadline, &t.RenewDeadline},
+		{ciliumconfig.KeyL2LeaseRetryPeriod, &t.RetryPeriod},
+	} {
+		v := strings.TrimSpace(data[s.key])
+		if v == "" {
+			continue
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return Timings{}, fmt.Errorf("%s %s: %q is no positive duration", cilium.ConfigMapName, s.key, v)
+		}
+		*s.to = d
+	}
+	return t, nil
+}
