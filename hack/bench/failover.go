@@ -53,7 +53,7 @@ func withCiliumNodes(r *report, section, prefix string, do func(context.Context,
 		return err
 	}
 	defer stopShoot()
-	cluster, err := ciliumnodes.New(ctx, env, prefix+strconv.Itoa(os.Getpid()))
+	cluster, err := ciliumnodes.New(ctx, env, prefix+strconv.Itoa(os.Getpid()), ciliumnodes.Options{ExtensionPods: true})
 	if err != nil {
 		return err
 	}

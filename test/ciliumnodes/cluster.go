@@ -98,9 +98,16 @@ type Cluster struct {
 	extensionStarts   sync.WaitGroup
 }
 
+// Options say how New sets the cluster up.
+type Options struct {
+	// ExtensionPods runs the extension as its chart's pods on the control-plane nodes (extension.go) in place of env's
+	// extension on this machine's network, which has no node and hands no L2 lease over.
+	ExtensionPods bool
+}
+
 // New plugs a namespace per node of NodeNames and one for the client into a new bridge, and starts each control-plane
 // node's kube-apiserver. prefix names what it creates on the machine (namespaces, a cgroup); Close removes it all.
-func New(ctx context.Context, env *testenv.Env, prefix string) (*Cluster, error) {
+func New(ctx context.Context, env *testenv.Env, prefix string, o Options) (*Cluster, error) {
 	// Inside the suite's own cgroup, so that the agents die with it whatever happens to it.
 	cgroups, err := reaper.Cgroup("cilium-datapath-" + prefix)
 	if err != nil {
@@ -150,9 +157,11 @@ func New(ctx context.Context, env *testenv.Env, prefix string) (*Cluster, error)
 		defer close(c.kubeletDone)
 		c.runKubelets(kubelets)
 	}()
-	if err := c.runExtension(ctx); err != nil {
-		c.Close()
-		return nil, err
+	if o.ExtensionPods {
+		if err := c.runExtension(ctx); err != nil {
+			c.Close()
+			return nil, err
+		}
 	}
 	return c, nil
 }

@@ -314,7 +314,10 @@ func (c *Cluster) FailOver(ctx context.Context, exp *extensionsv1alpha1.SelfHost
 	})
 	polls.Wait()
 	if f.ARP == 0 || f.HTTPS == 0 {
-		return f, fmt.Errorf("after %s died, ARP was answered by a live node after %s, HTTPS after %s (0: never within 2 minutes)", f.From, f.ARP, f.HTTPS)
+		macs, _ := c.ARP(fixtures.ExposureVIP)
+		holder, _ := c.LeaseHolder(ctx, exp)
+		return f, fmt.Errorf("after %s died, ARP was answered by a live node after %s, HTTPS after %s (0: never within 2 minutes); now arping gets %v, the lease is held by %q",
+			f.From, f.ARP, f.HTTPS, macs, holder)
 	}
 	if f.To, err = c.WaitForLeaseHolder(ctx, exp, f.From); err != nil {
 		return f, err

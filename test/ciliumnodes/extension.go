@@ -73,6 +73,9 @@ func (c *Cluster) runExtension(ctx context.Context) error {
 // ExtensionArgs restarts the extension pods with args added to their chart's (nil: as the chart has them), unless
 // they run with those.
 func (c *Cluster) ExtensionArgs(ctx context.Context, args ...string) error {
+	if c.webhookRoute == nil {
+		return fmt.Errorf("the extension does not run as pods (Options.ExtensionPods)")
+	}
 	c.mu.Lock()
 	same := slices.Equal(c.extensionArgs, args)
 	if !same {

@@ -58,7 +58,7 @@ func TestMain(m *testing.M) {
 func setup(ctx context.Context, e *testenv.Env) (func(), error) {
 	env = e
 	var err error
-	if cluster, err = ciliumnodes.New(ctx, e, prefix); err != nil {
+	if cluster, err = ciliumnodes.New(ctx, e, prefix, ciliumnodes.Options{ExtensionPods: true}); err != nil {
 		return nil, err
 	}
 	return cluster.Close, nil

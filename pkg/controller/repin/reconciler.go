@@ -35,12 +35,17 @@ type Options struct {
 	// SlowInterval is the least time between two recreations of degraded or unpinned pods, which still reach
 	// kube-apiserver.
 	SlowInterval time.Duration
+	// ProbeRetry is how long after a dry run came back stale the owner is probed again. The webhook answers from
+	// the view of the replica kube-apiserver calls, which can lag this leader's by the moment it takes the Node update
+	// to reach that replica's informer; or it was unreachable for a restart. Either passes within seconds, and a dry
+	// run per owner costs kube-apiserver next to nothing.
+	ProbeRetry time.Duration
 }
 
 // DefaultOptions: 50 agents starting at once is what a kube-apiserver of a few hundred nodes absorbs without its
 // priority and fairness queues filling; a thousand stranded agents are back in twenty batches, minutes rather than
 // the hours one node at a time would take.
-var DefaultOptions = Options{BatchSize: 50, BatchTimeout: 2 * time.Minute, SlowInterval: time.Minute}
+var DefaultOptions = Options{BatchSize: 50, BatchTimeout: 2 * time.Minute, SlowInterval: time.Minute, ProbeRetry: 5 * time.Second}
 
 // Reconciler recreates Cilium's pods whose pinning is stale (Classify): it deletes them, and their DaemonSet or
 // ReplicaSet creates replacements, which the webhook pins to the current members. It deletes only after a dry-run
@@ -170,7 +175,7 @@ func (r *Reconciler) inFlight(current []*corev1.Pod, readyNodes sets.Set[string]
 // admitted are the candidates whose replacements the webhook pins to the current members, as a dry-run create of a
 // copy of one pod per owner shows: kube-apiserver runs the whole admission chain for a dry run, and with the webhook
 // unreachable (failurePolicy Ignore) or answering from an old view the copy comes back stale. An owner whose probe
-// failed is probed again only after SlowInterval.
+// failed is probed again only after ProbeRetry.
 func (r *Reconciler) admitted(ctx context.Context, candidates []*corev1.Pod, members apiserverendpoints.ControlPlane, controlPlaneNodes sets.Set[string]) []*corev1.Pod {
 	log := logf.FromContext(ctx)
 	passed := map[types.UID]bool{}
@@ -179,7 +184,7 @@ func (r *Reconciler) admitted(ctx context.Context, candidates []*corev1.Pod, mem
 		owner := metav1.GetControllerOf(pod).UID
 		ok, probed := passed[owner]
 		if !probed {
-			if r.Clock.Since(r.probeFailed(owner)) < r.Options.SlowInterval {
+			if r.Clock.Since(r.probeFailed(owner)) < r.Options.ProbeRetry {
 				ok = false
 			} else if err := r.probe(ctx, pod, members, controlPlaneNodes); err != nil {
 				log.Info("Not recreating stale Cilium pods: a dry-run admission does not pin to the current control-plane members",

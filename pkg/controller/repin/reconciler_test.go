@@ -79,7 +79,7 @@ func newFixture(t *testing.T, webhookAnswers bool, pods ...*corev1.Pod) *fixture
 		},
 	}).Build()
 	f.r = &repin.Reconciler{Client: f.client, Recorder: f.recorder, Clock: f.clock,
-		Options: repin.Options{BatchSize: 2, BatchTimeout: time.Minute, SlowInterval: time.Minute}}
+		Options: repin.Options{BatchSize: 2, BatchTimeout: time.Minute, SlowInterval: time.Minute, ProbeRetry: 5 * time.Second}}
 	return f
 }
 
@@ -163,10 +163,15 @@ func TestNothingWithoutTheWebhook(t *testing.T) {
 	if got := f.remaining(t); len(got) != 1 || f.dryRuns != 1 {
 		t.Errorf("pods %v, %d dry runs; want the stranded one kept and one dry run", got, f.dryRuns)
 	}
-	f.clock.Step(time.Minute)
+	f.clock.Step(4 * time.Second)
+	f.reconcile(t)
+	if f.dryRuns != 1 {
+		t.Errorf("%d dry runs within the probe retry, want one", f.dryRuns)
+	}
+	f.clock.Step(time.Second)
 	f.reconcile(t)
 	if f.dryRuns != 2 {
-		t.Errorf("%d dry runs, want a second after the slow interval", f.dryRuns)
+		t.Errorf("%d dry runs, want a second after the probe retry", f.dryRuns)
 	}
 }
 
