@@ -104,8 +104,7 @@ func (c *Cluster) startOperator(ctx context.Context) error {
 // AnnouncementLease is Cilium's L2 announcement lease of the exposure's Service.
 func (c *Cluster) AnnouncementLease(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) (*coordinationv1.Lease, error) {
 	lease := &coordinationv1.Lease{}
-	key := client.ObjectKey{Namespace: cilium.Namespace, Name: cilium.L2AnnouncementLeaseName(exp.Namespace, resources.ServiceName(exp.Name))}
-	return lease, c.env.Client.Get(ctx, key, lease)
+	return lease, c.env.Client.Get(ctx, l2handover.LeaseKey(exp), lease)
 }
 
 // LeaseHolder is the node that holds the exposure's L2 announcement lease, "" when none does.

@@ -26,6 +26,7 @@ import (
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 	"github.com/gardener/gardener/pkg/utils/kubernetes/health"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/ciliumconfig"
 	exposurehealth "github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/health"
@@ -311,16 +312,7 @@ func (h *Handover) candidate(ctx context.Context, exp *extensionsv1alpha1.SelfHo
 			agentReady = true
 		}
 	}
-	return selector.Matches(labels.Set(node.Labels)), nodeReady(node), agentReady, nil
-}
-
-func nodeReady(node *corev1.Node) bool {
-	for _, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
+	return selector.Matches(labels.Set(node.Labels)), apiserverendpoints.IsReady(node), agentReady, nil
 }
 
 // leaseTimings are the agents' lease timings from cilium-config, read at most every timingsMaxAge.
