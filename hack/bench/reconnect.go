@@ -15,7 +15,7 @@ import (
 const reconnectSection = "8. A worker's agent reconnecting to kube-apiserver when its connection ends (real agents, test/ciliumnodes)"
 
 // agentReconnects runs section 8: the connection of worker-0's agent to its control-plane node's kube-apiserver ends,
-// runs times each way: the node dies (link down, or hung: every packet dropped), its kube-apiserver stops (connections
+// runs times each way: the node dies (link down, or hung: nothing in or out of its NIC), its kube-apiserver stops (connections
 // closed, port refused), or the connection alone is reset. Each once with the client timeouts the webhook sets in
 // pinned containers and once with client-go's and Cilium's defaults; measured until the agent holds a new connection
 // (to another control-plane node unless only the connection was reset).

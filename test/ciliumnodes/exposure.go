@@ -169,6 +169,19 @@ var macPattern = regexp.MustCompile(`\[([0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5})\]`)
 // answered.
 func (c *Cluster) ARP(ip string) ([]string, error) { return c.arping(ip, "-c", "3", "-w", "4") }
 
+// Answerers names the nodes whose MAC addresses are in macs, in their order; an address of no node stays as it is.
+func (c *Cluster) Answerers(macs []string) []string {
+	names := slices.Clone(macs)
+	for _, n := range c.nodes {
+		if mac, err := n.MAC(); err == nil {
+			if i := slices.Index(macs, mac); i >= 0 {
+				names[i] = n.Name
+			}
+		}
+	}
+	return names
+}
+
 func (c *Cluster) arping(ip string, args ...string) ([]string, error) {
 	out, err := exec.Command("ip", append([]string{"netns", "exec", c.Client.Name(), "arping", "-I", "eth0"}, append(args, ip)...)...).CombinedOutput()
 	if err != nil && len(out) == 0 {
@@ -241,8 +254,8 @@ const (
 	// LinkDown: the node loses power or its link. Its switch port goes down, the switch forgets its MAC and floods
 	// frames for it to every port.
 	LinkDown Death = "link down"
-	// Hung: the node stops answering while its link stays up (a hung kernel, a stuck NIC): it drops every IP packet.
-	// The switch keeps forwarding frames for its MAC to it until ARP moves the VIP.
+	// Hung: the node stops answering while its link stays up (a hung kernel, a stuck NIC): nothing goes in or out of
+	// its NIC, ARP included. The switch keeps forwarding frames for its MAC to it until ARP moves the VIP.
 	Hung Death = "hung, link up"
 )
 

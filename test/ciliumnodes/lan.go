@@ -58,6 +58,21 @@ func (l *lan) attach(name, ip string) (*podrun.Netns, error) {
 	return ns, nil
 }
 
+// setPort lets the switch forward frames to and from name's port, or stops it, the link staying up: a port that
+// forwards nothing stands for a node that hangs (a hung kernel, a stuck NIC), which neither takes nor sends anything,
+// ARP and whatever its BPF programs would still answer included. The switch keeps the node's MAC address, so that
+// frames for it keep going to the dead port, as a real switch's do until its MAC table ages them out (300 s).
+func (l *lan) setPort(name string, forwarding bool) error {
+	state := "0" // disabled (linux/if_bridge.h BR_STATE_DISABLED)
+	if forwarding {
+		state = "3" // BR_STATE_FORWARDING
+	}
+	if out, err := l.sw.Command("bridge", "link", "set", "dev", "v-"+name, "state", state).CombinedOutput(); err != nil {
+		return fmt.Errorf("setting the state of %s's switch port to %s: %w: %s", name, state, err, out)
+	}
+	return nil
+}
+
 // close deletes every namespace, and with them the links.
 func (l *lan) close() {
 	for _, ns := range l.hosts {

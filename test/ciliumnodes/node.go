@@ -41,6 +41,7 @@ type Node struct {
 	Name, IP     string
 	ControlPlane bool
 	sandbox      *podrun.Sandbox
+	lan          *lan
 	cgroup       string
 	// serviceBackend is where Cilium's kube-proxy replacement sends a connection to the `kubernetes` ClusterIP: the
 	// endpoint of kube-apiserver's own EndpointSlice. Inside the node it is a trap.
@@ -61,7 +62,7 @@ type Node struct {
 	apiServerDown bool
 	// agentPod is the UID of the pod the agent runs.
 	agentPod types.UID
-	// silenced: the node drops every packet (Hung).
+	// silenced: the node's switch port forwards nothing (Hung).
 	silenced bool
 	// moved: the node's address changed under its running agent, which the next Run starts afresh.
 	moved bool
@@ -89,7 +90,7 @@ func (c *Cluster) newNode(ctx context.Context, name string, index int) (*Node, e
 	if err := c.env.Client.Get(ctx, client.ObjectKey{Name: name}, obj); err != nil {
 		return nil, err
 	}
-	n := &Node{Name: name, ControlPlane: apiserverendpoints.IsControlPlaneNode(obj)}
+	n := &Node{Name: name, ControlPlane: apiserverendpoints.IsControlPlaneNode(obj), lan: c.lan}
 	for _, a := range obj.Status.Addresses {
 		if a.Type == corev1.NodeInternalIP {
 			n.IP = a.Address
@@ -485,7 +486,6 @@ func (n *Node) die(death Death) (time.Time, error) {
 		if err := n.freezeExtension(true); err != nil {
 			return start, err
 		}
-		// After the agent, whose BPF programs go with it, so that nothing on the node answers any more.
 		if err := n.silence(); err != nil {
 			return start, err
 		}
@@ -493,16 +493,10 @@ func (n *Node) die(death Death) (time.Time, error) {
 	return start, nil
 }
 
-// silenceRules drop every IP packet the node receives or sends (the raw table comes first), its link staying up.
-// tc's matchall classifier is not available on every kernel; iptables is, and the agent needs it anyway.
-var silenceRules = [][]string{{"PREROUTING", "-j", "DROP"}, {"OUTPUT", "-j", "DROP"}}
-
-// silence makes the node drop every IP packet, its link staying up.
+// silence stops the node's switch port, its link staying up.
 func (n *Node) silence() error {
-	for _, r := range silenceRules {
-		if out, err := iptables(n.sandbox.Netns(), append([]string{"-t", "raw", "-I"}, r...)...); err != nil {
-			return fmt.Errorf("iptables %v: %w: %s", r, err, out)
-		}
+	if err := n.lan.setPort(n.Name, false); err != nil {
+		return err
 	}
 	n.mu.Lock()
 	n.silenced = true
@@ -525,10 +519,8 @@ func (n *Node) revive() error {
 		return err
 	}
 	if silenced {
-		for _, r := range silenceRules {
-			if out, err := iptables(n.sandbox.Netns(), append([]string{"-t", "raw", "-D"}, r...)...); err != nil {
-				return fmt.Errorf("iptables %v: %w: %s", r, err, out)
-			}
+		if err := n.lan.setPort(n.Name, true); err != nil {
+			return err
 		}
 	}
 	return n.SetLink(true)

@@ -112,7 +112,7 @@ func TestVIPFailover(t *testing.T) {
 				t.Fatal(err)
 			}
 			if want, err := cluster.Node(f.To).MAC(); err != nil || !slices.Equal(macs, []string{want}) {
-				t.Errorf("ARP answered by %v, want only the new holder %s's %s (%v)", macs, f.To, want, err)
+				t.Errorf("ARP answered by %v (%v), want only the new holder %s's %s (%v)", macs, cluster.Answerers(macs), f.To, want, err)
 			}
 			// With Cilium's default lease the agents here run with flags that cilium-config does not show, and the
 			// handover, which reads cilium-config, may undo a handover to a node whose agent tries only every 2 s: the
