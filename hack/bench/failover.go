@@ -30,10 +30,11 @@ const kubeVIPFailover, metalLBFailover = 3 * time.Second, 6500 * time.Millisecon
 // control-plane nodes, and the exposure reconciled with the real operator. The lease holder's node is killed runs times
 // per way of dying: with the exposure's lease timings and the extension's handover, without the handover (the lease
 // expires), and with Cilium's default timings. Then one kube-apiserver is stopped while its node stays up, another
-// node's and the announcer's, with the extension probing the endpoints and without.
-func vipFailover(r *report, runs int) error {
+// node's and the announcer's, with the extension probing the endpoints and without. Last, the agent DaemonSet rolls
+// rollouts times.
+func vipFailover(r *report, runs, rollouts int) error {
 	return withCiliumNodes(r, "6", "cbench", func(ctx context.Context, _ *testenv.Env, cluster *ciliumnodes.Cluster) error {
-		return failovers(ctx, r, cluster, runs)
+		return failovers(ctx, r, cluster, runs, rollouts)
 	})
 }
 
@@ -84,7 +85,7 @@ func (m failoverCase) String() string {
 // handoverGoal is issue 26's goal for a failover through the handover: median <= 2.5s, max <= 3s.
 const handoverGoalMedian, handoverGoalMax = 2500 * time.Millisecond, 3 * time.Second
 
-func failovers(ctx context.Context, r *report, cluster *ciliumnodes.Cluster, runs int) error {
+func failovers(ctx context.Context, r *report, cluster *ciliumnodes.Cluster, runs, rollouts int) error {
 	exp, err := cluster.Expose(ctx)
 	if err != nil {
 		return err
@@ -103,10 +104,13 @@ func failovers(ctx context.Context, r *report, cluster *ciliumnodes.Cluster, run
 	if err := outages(ctx, r, cluster, exp); err != nil {
 		return err
 	}
+	if err := rollingUpdates(ctx, r, cluster, exp, rollouts); err != nil {
+		return err
+	}
 	r.Notes = append(r.Notes, "Section 6, link down: the bridge forgets the dead node's MAC and floods frames for it to every port; "+
 		"the other nodes' Cilium (its tc program on eth0 sees frames for any MAC) load-balances the VIP from them, so HTTPS may "+
-		"recover before ARP moves. Hung (link up, every IP packet dropped, the node's processes frozen): the bridge keeps "+
-		"forwarding to the dead port, and HTTPS waits until the new holder's gratuitous ARP (pkg/datapath/l2responder) moves "+
+		"recover before ARP moves. Hung (link up, its switch port forwarding nothing, ARP included, the node's processes "+
+		"frozen): the bridge keeps forwarding to the dead port, and HTTPS waits until the new holder's gratuitous ARP (pkg/datapath/l2responder) moves "+
 		"the client's neighbour entry. ARP is asked every 50 ms on a raw socket, a new HTTPS request started every 100 ms.",
 		"Section 6, kube-apiserver load of the exposure's lease timings (5s/3s/500ms): each agent the L2 policy selects reads the "+
 			"lease every retry period, 2 requests a second, and the holder writes it as often (client-go renews on the fast path "+
@@ -202,6 +206,44 @@ func outages(ctx context.Context, r *report, cluster *ciliumnodes.Cluster, exp *
 			Value: float64(o.BackFailed), Unit: "count", Baseline: float64(o.BackAttempts), BaselineName: "attempts"})
 	}
 	return cluster.ExtensionArgs(ctx)
+}
+
+// establishedThroughRollout is how many connections through the VIP are open while the agents roll.
+const establishedThroughRollout = 6
+
+// rollingUpdates rolls Gardener's agent DaemonSet runs times and reports how long nobody answered ARP for the VIP, how
+// many new requests through it failed and how many established connections through it broke.
+func rollingUpdates(ctx context.Context, r *report, cluster *ciliumnodes.Cluster, exp *extensionsv1alpha1.SelfHostedShootExposure, runs int) error {
+	if runs == 0 {
+		return nil
+	}
+	if _, err := cluster.Run(ctx, ciliumnodes.Agents{}); err != nil {
+		return err
+	}
+	var silence []time.Duration
+	attempts, failed, broken, moves := 0, 0, 0, 0
+
+	for i := range runs {
+		o, err := cluster.RollOut(ctx, exp, establishedThroughRollout)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("   rollout %d: took %s; lease %v; ARP answered by %v, nobody for at most %s; %d of %d new requests failed; %d of %d established connections broke %v\n",
+			i+1, o.Took.Round(100*time.Millisecond), o.Holders, o.Answerers, o.ARPSilence.Round(10*time.Millisecond), o.Failed, o.Attempts, len(o.Broken), o.Established, o.Broken)
+		silence = append(silence, o.ARPSilence)
+		attempts, failed, broken, moves = attempts+o.Attempts, failed+o.Failed, broken+len(o.Broken), moves+o.Moves()
+	}
+	slices.Sort(silence)
+	name := fmt.Sprintf("a rolling update of the agents (maxUnavailable 2, grace period 1 s), %d runs", runs)
+	r.add(Result{Section: failoverSection, Name: "longest time nobody answered ARP for the VIP, median, " + name, Value: silence[len(silence)/2].Seconds(), Unit: "s",
+		Baseline: kubeVIPFailover.Seconds(), BaselineName: "kube-vip's documented ARP failover"})
+	r.add(Result{Section: failoverSection, Name: "longest time nobody answered ARP for the VIP, max, " + name, Value: silence[len(silence)-1].Seconds(), Unit: "s",
+		Baseline: kubeVIPFailover.Seconds(), BaselineName: "kube-vip's documented ARP failover"})
+	r.add(Result{Section: failoverSection, Name: "new connections through the VIP failing, " + name, Value: 100 * float64(failed) / float64(max(attempts, 1)), Unit: "%",
+		Baseline: float64(attempts), BaselineName: "attempts"})
+	r.add(Result{Section: failoverSection, Name: fmt.Sprintf("established connections through the VIP broken, %s, %d lease moves", name, moves), Value: float64(broken), Unit: "count",
+		Baseline: float64(runs * establishedThroughRollout), BaselineName: "connections open"})
+	return nil
 }
 
 // startShoot starts a control plane of its own that serves a certificate made as Gardener makes it for the shoot

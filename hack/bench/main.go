@@ -40,6 +40,7 @@ func main() {
 	flips := flag.Int("flips", 20, "how often section 7 takes an endpoint's kube-apiserver away and back")
 	reconnects := flag.Int("reconnects", 3, "how often section 8 ends a worker agent's connection to kube-apiserver per way and client setting")
 	repins := flag.Int("repins", 5, "how often section 9 moves every control-plane node to a new address")
+	rollouts := flag.Int("rollouts", 3, "how often section 6 rolls the agent DaemonSet")
 	flag.StringVar(&profileDir, "profile", "", "write CPU profiles of kube-apiserver during sections 3 and 4 here")
 	floorsDir := flag.String("serve-floors", "", "internal: serve section 3's floor webhooks, writing their URL and CA into this directory")
 	flag.Parse()
@@ -65,7 +66,7 @@ func main() {
 	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 
 	r := &report{Date: time.Now().UTC().Format("2006-01-02 15:04 MST"), Machine: machine()}
-	if err := run(r, *version, counts{failovers: *failovers, flips: *flips, reconnects: *reconnects, repins: *repins}); err != nil {
+	if err := run(r, *version, counts{failovers: *failovers, flips: *flips, reconnects: *reconnects, repins: *repins, rollouts: *rollouts}); err != nil {
 		fmt.Fprintln(os.Stderr, "bench failed:", err)
 		os.Exit(1)
 	}
@@ -78,7 +79,7 @@ func main() {
 }
 
 // counts say how often the sections with real agents repeat what they measure.
-type counts struct{ failovers, flips, reconnects, repins int }
+type counts struct{ failovers, flips, reconnects, repins, rollouts int }
 
 func run(r *report, version string, n counts) error {
 	f, err := newFixture(version)
@@ -102,7 +103,7 @@ func run(r *report, version string, n counts) error {
 	}
 	if runs("6") {
 		fmt.Println("==> 6. VIP failover with Cilium's real agents")
-		if err := vipFailover(r, n.failovers); err != nil {
+		if err := vipFailover(r, n.failovers, n.rollouts); err != nil {
 			return err
 		}
 	}

@@ -19,8 +19,21 @@ const arpInterval = 50 * time.Millisecond
 
 // arpWatch asks from ns's eth0 who has ip every arpInterval, as a host whose neighbour entry failed does, and returns
 // when a MAC address other than those in not answers, with that address and when the answer came; at ctx's end, an
-// error. A raw socket of its own sees every answer, whatever the kernel's neighbour table makes of it.
+// error.
 func arpWatch(ctx context.Context, ns *podrun.Netns, ip string, not ...string) (string, time.Time, error) {
+	var mac string
+	var at time.Time
+	err := arpAnswers(ctx, ns, ip, func(m string, t time.Time) bool {
+		mac, at = m, t
+		return !slices.Contains(not, m)
+	})
+	return mac, at, err
+}
+
+// arpAnswers asks from ns's eth0 who has ip every arpInterval and calls each with every answer's MAC address and when
+// it came, until each returns true (nil) or ctx ends (its error). A raw socket of its own sees every answer, whatever
+// the kernel's neighbour table makes of it.
+func arpAnswers(ctx context.Context, ns *podrun.Netns, ip string, each func(mac string, at time.Time) bool) error {
 	var fd int
 	var iface *net.Interface
 	if err := ns.Do(func() error {
@@ -33,7 +46,7 @@ func arpWatch(ctx context.Context, ns *podrun.Netns, ip string, not ...string) (
 		}
 		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ARP), Ifindex: iface.Index})
 	}); err != nil {
-		return "", time.Time{}, fmt.Errorf("an ARP socket in %s: %w", ns.Name(), err)
+		return fmt.Errorf("an ARP socket in %s: %w", ns.Name(), err)
 	}
 	defer unix.Close(fd)
 	var source net.IP
@@ -46,22 +59,22 @@ func arpWatch(ctx context.Context, ns *podrun.Netns, ip string, not ...string) (
 		}
 		return err
 	}); err != nil || source == nil {
-		return "", time.Time{}, fmt.Errorf("no IPv4 address on %s's eth0: %v", ns.Name(), err)
+		return fmt.Errorf("no IPv4 address on %s's eth0: %v", ns.Name(), err)
 	}
 	target := net.ParseIP(ip).To4()
 	request := arpFrame(iface.HardwareAddr, source, target)
 	tv := unix.NsecToTimeval(arpInterval.Nanoseconds())
 	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-		return "", time.Time{}, err
+		return err
 	}
 	buf := make([]byte, 128)
 	for next := time.Now(); ; {
 		if ctx.Err() != nil {
-			return "", time.Time{}, ctx.Err()
+			return ctx.Err()
 		}
 		if now := time.Now(); !now.Before(next) {
 			if err := unix.Sendto(fd, request, 0, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ARP), Ifindex: iface.Index, Halen: 6, Addr: [8]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}}); err != nil {
-				return "", time.Time{}, err
+				return err
 			}
 			next = now.Add(arpInterval)
 		}
@@ -69,10 +82,8 @@ func arpWatch(ctx context.Context, ns *podrun.Netns, ip string, not ...string) (
 		if err != nil {
 			continue // the receive timeout: ask again
 		}
-		if mac, ok := arpReplyFrom(buf[:n], target); ok {
-			if answered := time.Now(); !slices.Contains(not, mac) {
-				return mac, answered, nil
-			}
+		if mac, ok := arpReplyFrom(buf[:n], target); ok && each(mac, time.Now()) {
+			return nil
 		}
 	}
 }

@@ -214,6 +214,9 @@ func (c *Cluster) Close() {
 	stopping.Wait()
 	for _, n := range c.nodes {
 		n.sandbox.Close()
+		if err := n.unmountHostFS(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
 	}
 	if c.lan != nil {
 		c.lan.close()

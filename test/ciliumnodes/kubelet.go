@@ -182,6 +182,23 @@ func logf(format string, args ...any) {
 	fmt.Printf(time.Now().Format("15:04:05.000")+" "+format+"\n", args...)
 }
 
+// runningPod is the node's pod of the agent DaemonSet, if any, and whether the node's agent runs from it, Ready and
+// not terminating.
+func (c *Cluster) runningPod(ctx context.Context, n *Node) (*corev1.Pod, bool) {
+	c.mu.Lock()
+	inst := c.installed[GardenerChart]
+	c.mu.Unlock()
+	if inst == nil {
+		return nil, false
+	}
+	pods, err := c.daemonSetPods(ctx, inst)
+	if err != nil || pods[n.Name] == nil {
+		return nil, false
+	}
+	pod := pods[n.Name]
+	return pod, pod.DeletionTimestamp == nil && n.runs(pod.UID) && health.IsPodReady(pod)
+}
+
 // RunningPod waits, for at most within, until the agent on the node of that name runs from the node's pod of the
 // agent DaemonSet (the one not terminating) and that pod is Ready, and returns the pod: what the node runs once the
 // DaemonSet controller and the kubelet have caught up.
@@ -191,24 +208,15 @@ func (c *Cluster) RunningPod(ctx context.Context, name string, within time.Durat
 		return nil, fmt.Errorf("no node %s", name)
 	}
 	var pod *corev1.Pod
-	last := "none"
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, within, true, func(ctx context.Context) (bool, error) {
-		c.mu.Lock()
-		inst := c.installed[GardenerChart]
-		c.mu.Unlock()
-		if inst == nil {
-			return false, nil
-		}
-		pods, err := c.daemonSetPods(ctx, inst)
-		if err != nil {
-			return false, nil
-		}
-		if pod = pods[name]; pod == nil {
-			return false, nil
-		}
-		last = pod.Name
-		return pod.DeletionTimestamp == nil && n.runs(pod.UID) && health.IsPodReady(pod), nil
+		var running bool
+		pod, running = c.runningPod(ctx, n)
+		return running, nil
 	})
+	last := "none"
+	if pod != nil {
+		last = pod.Name
+	}
 	if err != nil {
 		return nil, fmt.Errorf("the agent on %s does not run from its DaemonSet's pod %s: %w", name, last, err)
 	}

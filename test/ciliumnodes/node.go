@@ -20,6 +20,7 @@ import (
 
 	"github.com/cilium/cilium/api/v1/models"
 	"github.com/cilium/cilium/pkg/defaults"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -43,6 +44,8 @@ type Node struct {
 	sandbox      *podrun.Sandbox
 	lan          *lan
 	cgroup       string
+	// host is where the node keeps what outlives its agent (hostFS).
+	host string
 	// serviceBackend is where Cilium's kube-proxy replacement sends a connection to the `kubernetes` ClusterIP: the
 	// endpoint of kube-apiserver's own EndpointSlice. Inside the node it is a trap.
 	serviceBackend string
@@ -143,8 +146,47 @@ func (c *Cluster) newNode(ctx context.Context, name string, index int) (*Node, e
 	}, addresses); err != nil {
 		return nil, err
 	}
+	if n.host, err = hostFS(filepath.Join(c.env.Dir, "nodes", name, "host")); err != nil {
+		return nil, err
+	}
 	n.cgroup = filepath.Join(c.cgroups, name)
 	return n, os.Mkdir(n.cgroup, 0o755)
+}
+
+// The node's own filesystem below host that its agent's pod mounts as host paths: a bpffs of the node's (the chart's
+// bpf-maps volume, /sys/fs/bpf), where the agent pins its maps and the links of its programs, and /var/run/cilium
+// (cilium-run), the state it restores at start. Because they outlive the agent, a node keeps its datapath across an
+// agent restart as a real node does: its programs stay attached to eth0, its connection tracking and NAT entries
+// and the L2 responder's entries stay, until the next agent replaces them.
+const (
+	hostBPFFS      = "bpffs"
+	hostCiliumRun  = "run-cilium"
+	bpffsMountPath = "/sys/fs/bpf"
+	ciliumRunPath  = "/run/cilium"
+)
+
+// hostFS creates the node's filesystem at dir and mounts its bpffs, which unmountHostFS undoes.
+func hostFS(dir string) (string, error) {
+	for _, d := range []string{hostBPFFS, hostCiliumRun} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+			return "", err
+		}
+	}
+	if err := unix.Mount("bpf", filepath.Join(dir, hostBPFFS), "bpf", 0, ""); err != nil {
+		return "", fmt.Errorf("mounting the node's bpffs at %s: %w", filepath.Join(dir, hostBPFFS), err)
+	}
+	return dir, nil
+}
+
+// unmountHostFS unmounts the node's bpffs: with it go the node's pinned maps and programs, once no agent runs.
+func (n *Node) unmountHostFS() error {
+	if n.host == "" {
+		return nil
+	}
+	if err := unix.Unmount(filepath.Join(n.host, hostBPFFS), unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("unmounting %s's bpffs: %w", n.Name, err)
+	}
+	return nil
 }
 
 // restart stops the node's agent if it runs, revives the node and starts the agent from pod.
@@ -278,11 +320,11 @@ func (n *Node) startAgent(ctx context.Context, env *testenv.Env, pod *corev1.Pod
 		return err
 	}
 	c.Node, c.ConfigMaps, c.Args, c.Tools, c.Cgroup = n.Name, configMaps, slices.Concat(agentFlags, lease.flags()), map[string]string{"clang": Clang}, n.cgroup
+	c.HostPaths = map[string]string{bpffsMountPath: filepath.Join(n.host, hostBPFFS), ciliumRunPath: filepath.Join(n.host, hostCiliumRun)}
 	c.Setup = []string{
-		// What the image and the chart's init containers give the agent, per node: a bpffs of its own, the node's
-		// cgroup2 subtree (the cgroup namespace's root) where socket load-balancing attaches, the BPF sources
-		// where the image has them, and kernel-wide sysctls it must not change.
-		"mount -t bpf bpf /sys/fs/bpf",
+		// What the image and the chart's init containers give the agent, per node, beside its host paths: the node's
+		// cgroup2 subtree (the cgroup namespace's root) where socket load-balancing attaches, the BPF sources where
+		// the image has them, and kernel-wide sysctls it must not change.
 		"mkdir -p /run/cilium/cgroupv2", "mount -t cgroup2 none /run/cilium/cgroupv2",
 		// The agent writes the kernel's feature headers into its BPF sources.
 		"mkdir -p /var/lib/cilium", "cp -r " + filepath.Join(module, "bpf") + " /var/lib/cilium/", "chmod -R u+w /var/lib/cilium/bpf",
@@ -400,8 +442,12 @@ func (n *Node) Status(ctx context.Context) (*models.StatusResponse, error) {
 // Stop ends the node's Cilium processes as kubelet does.
 func (n *Node) Stop() { n.end(func(p *podrun.Started) { p.Stop(context.Background()) }) }
 
-// Kill ends the node's Cilium processes at once, as when the node dies.
-func (n *Node) Kill() { n.end(func(p *podrun.Started) { p.Kill() }) }
+// Kill ends the node's Cilium processes at once, their children included, as when the node dies. The node's datapath
+// stays (hostFS).
+func (n *Node) Kill() {
+	_ = os.WriteFile(filepath.Join(n.cgroup, "cgroup.kill"), []byte("1"), 0o644)
+	n.end(func(p *podrun.Started) { p.Kill() })
+}
 
 func (n *Node) end(how func(*podrun.Started)) {
 	n.mu.Lock()

@@ -234,6 +234,9 @@ type Container struct {
 	Tools map[string]string
 	// Cgroup, if set, is a cgroup2 directory the container runs in, in a cgroup namespace of its own rooted there.
 	Cgroup string
+	// HostPaths are directories of the node bound into the container (what the pod's hostPath volumes give it on a
+	// real node): path inside the container -> directory on the machine.
+	HostPaths map[string]string
 	// Setup are shell lines run in the container's mount namespace after its volumes are mounted.
 	Setup []string
 	// Dir is a scratch directory for the container's files; LogPath where its output goes.
@@ -292,9 +295,15 @@ func (s *Sandbox) Start(c Container) (*Started, error) {
 		"mkdir -p /run/secrets/kubernetes.io/serviceaccount /run/cilium " + scratch,
 		"mount --bind " + c.Dir + " " + scratch,
 		"mount --bind " + filepath.Join(scratch, "serviceaccount") + " /run/secrets/kubernetes.io/serviceaccount",
-		"mount -t tmpfs tmpfs /var/lib",
-		"mount -t tmpfs tmpfs /tmp",
 	}
+	// Before /tmp and /var/lib are hidden, where the directories may lie; shorter paths first. A directory that is a
+	// mount point (a node's bpffs) is moved rather than bound: the container's mount table then has it only where the
+	// pod mounts it, as a node's would (the agent takes the first bpffs of its mount table for its own).
+	for _, path := range slices.SortedFunc(maps.Keys(c.HostPaths), func(a, b string) int { return len(a) - len(b) }) {
+		host := c.HostPaths[path]
+		script = append(script, "mkdir -p "+path, "if mountpoint -q "+host+"; then mount --move "+host+" "+path+"; else mount --bind "+host+" "+path+"; fi")
+	}
+	script = append(script, "mount -t tmpfs tmpfs /var/lib", "mount -t tmpfs tmpfs /tmp")
 	volumes := map[string]string{}
 	mounts := slices.Clone(container.VolumeMounts)
 	slices.SortFunc(mounts, func(a, b corev1.VolumeMount) int { return len(a.MountPath) - len(b.MountPath) })
@@ -374,14 +383,24 @@ func (s *Sandbox) Start(c Container) (*Started, error) {
 	if c.Cgroup != "" {
 		unshare = append(unshare, "--cgroup")
 	}
-	binary := c.Binary
-	if strings.HasPrefix(binary, "/tmp/") {
-		// Hidden under the container's /tmp: run it from the scratch directory.
-		if err := os.Link(binary, filepath.Join(c.Dir, "bin", filepath.Base(binary))); err != nil && !os.IsExist(err) {
-			return nil, err
-		}
-		binary = filepath.Join(scratch, "bin", filepath.Base(binary))
+	// The binary runs from the scratch directory under the name of the container's command, as the image has it:
+	// Cilium's agent goes by its own name (pkg/components IsCiliumAgent) to find its bpffs. One under /tmp, which
+	// the container's /tmp hides, is linked there rather than pointed to.
+	name := filepath.Base(c.Binary)
+	if len(container.Command) > 0 {
+		name = filepath.Base(container.Command[0])
 	}
+	link := os.Symlink
+	if strings.HasPrefix(c.Binary, "/tmp/") {
+		link = os.Link
+	}
+	if err := os.Remove(filepath.Join(c.Dir, "bin", name)); err != nil && !os.IsNotExist(err) {
+		return nil, err
+	}
+	if err := link(c.Binary, filepath.Join(c.Dir, "bin", name)); err != nil {
+		return nil, err
+	}
+	binary := filepath.Join(scratch, "bin", name)
 	inNamespaces := append(unshare, append([]string{"--", "/bin/sh", "-c", strings.Join(script, "\n"), "sh", binary}, args...)...)
 	var cmd *exec.Cmd
 	if c.Cgroup != "" {

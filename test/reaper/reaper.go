@@ -29,6 +29,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
@@ -375,11 +376,39 @@ func (s *state) clean() ([]string, error) {
 		left = append(left, "network namespace "+ns)
 	}
 	if s.TempDir != "" {
+		// Mounts the suite made below its folder (the test nodes' bpffs) go first: RemoveAll stops at a mount point.
+		mounts, err := mountsUnder(s.TempDir)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, m := range mounts {
+			if err := unix.Unmount(m, unix.MNT_DETACH); err != nil {
+				errs = append(errs, fmt.Errorf("unmounting %s: %w", m, err))
+				continue
+			}
+			left = append(left, "mount "+m)
+		}
 		if err := os.RemoveAll(s.TempDir); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return left, errors.Join(errs...)
+}
+
+// mountsUnder are the mount points below dir, the deepest first.
+func mountsUnder(dir string) ([]string, error) {
+	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	var mounts []string
+	for _, l := range strings.Split(string(mountinfo), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			mounts = append(mounts, f[4])
+		}
+	}
+	slices.SortFunc(mounts, func(a, b string) int { return len(b) - len(a) })
+	return mounts, nil
 }
 
 // killCgroup kills every process in dir and below, waits until they are gone and removes the cgroups.
