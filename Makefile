@@ -12,6 +12,9 @@ ENVTEST_ASSETS   = $(shell hack/envtest/build.sh)
 CILIUM_OPERATOR  = $(shell hack/cilium/build.sh cilium-operator)
 CILIUM_DBG       = $(shell hack/cilium/build.sh cilium-dbg)
 CILIUM_AGENT     = $(shell hack/cilium/build.sh cilium-agent)
+# The newest Cilium line's agent and CLI: test/datapath runs upstream's chart of it beside Gardener's.
+CILIUM_AGENT_1_20 = $(shell hack/cilium/build.sh cilium-agent 1.20)
+CILIUM_DBG_1_20  = $(shell hack/cilium/build.sh cilium-dbg 1.20)
 # Empty when no copy is found: each suite that renders the chart then stops with the script's line naming what to run.
 NC_CHART         = $(shell hack/networking-cilium/chart.sh)
 # What the suites, the demo and the bench are told of the tools above.
@@ -50,9 +53,15 @@ cilium-binaries:
 	@hack/cilium/build.sh cilium-dbg
 	@hack/cilium/build.sh cilium-agent
 
+# The agent and cilium-dbg of Cilium 1.20 (hack/cilium/v1.20), which test/datapath runs from upstream's chart.
+.PHONY: cilium-1.20-binaries
+cilium-1.20-binaries:
+	@hack/cilium/build.sh cilium-dbg 1.20
+	@hack/cilium/build.sh cilium-agent 1.20
+
 .PHONY: test
-test: setup envtest-assets cilium-binaries
-	$(TOOLS_ENV) $(GO) run ./hack/testreport $(GO) test -json $(TEST_FLAGS) ./...
+test: setup envtest-assets cilium-binaries cilium-1.20-binaries
+	$(TOOLS_ENV) CILIUM_AGENT_1_20="$(CILIUM_AGENT_1_20)" CILIUM_DBG_1_20="$(CILIUM_DBG_1_20)" $(GO) run ./hack/testreport $(GO) test -json $(TEST_FLAGS) ./...
 
 .PHONY: lint
 lint:

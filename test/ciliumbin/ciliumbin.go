@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/repo"
 )
 
@@ -33,6 +34,41 @@ func Path(name string) (string, error) {
 		return bin, nil
 	}
 	return repo.Script("hack/cilium/build.sh", name)
+}
+
+// PathFor is the binary name of the Cilium release that image runs: Path's when that is of the same minor release
+// (or image names no version), else the one of image's minor, from its environment variable with the minor appended
+// (CILIUM_AGENT_1_20) or from what build.sh builds or has cached for that minor. A container runs what its image holds.
+func PathFor(name, image string) (string, error) {
+	bin, err := Path(name)
+	if err != nil {
+		return "", err
+	}
+	want, ok := cilium.VersionFromImage(image)
+	if !ok {
+		return bin, nil
+	}
+	have, err := Version(bin)
+	if err != nil {
+		return "", err
+	}
+	line := minor(want.String())
+	if minor(have) == line {
+		return bin, nil
+	}
+	if bin := os.Getenv(envVars[name] + "_" + strings.ReplaceAll(line, ".", "_")); bin != "" {
+		return bin, nil
+	}
+	return repo.Script("hack/cilium/build.sh", name, line)
+}
+
+// minor is the major and minor part of a version: 1.20 of 1.20.2.
+func minor(version string) string {
+	parts := strings.SplitN(version, ".", 3)
+	if len(parts) < 2 {
+		return version
+	}
+	return parts[0] + "." + parts[1]
 }
 
 // Version is the Cilium version a binary was built from: the version of the github.com/cilium/cilium module in its build
@@ -61,6 +97,18 @@ func Built(names ...string) func() error {
 	return func() error {
 		for _, name := range names {
 			if _, err := Path(name); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// BuiltFor is Built for the binaries of Cilium version (PathFor an image of that version).
+func BuiltFor(version string, names ...string) func() error {
+	return func() error {
+		for _, name := range names {
+			if _, err := PathFor(name, "cilium:v"+version); err != nil {
 				return err
 			}
 		}

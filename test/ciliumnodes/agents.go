@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -28,8 +30,22 @@ const (
 	// GardenerChart is Gardener's networking-cilium chart, installed in the cluster as real shoots get it.
 	GardenerChart Chart = "networking-cilium"
 	// UpstreamChart is upstream's chart of the same Cilium version, admitted beside it.
-	UpstreamChart Chart = "cilium-" + ciliumchart.GardenerVersion
+	UpstreamChart = Chart(upstreamPrefix + ciliumchart.GardenerVersion)
 )
+
+const upstreamPrefix = "cilium-"
+
+// Upstream is upstream's chart of a Cilium version, admitted beside Gardener's; its agents run that version's binaries
+// (ciliumbin.PathFor), with 1.19's operator, which LB-IPAM needs only.
+func Upstream(version string) Chart { return Chart(upstreamPrefix + version) }
+
+// version is the Cilium version the chart deploys.
+func (c Chart) version() string {
+	if v, ok := strings.CutPrefix(string(c), upstreamPrefix); ok {
+		return v
+	}
+	return ciliumchart.GardenerVersion
+}
 
 // installation is a chart as the webhook admitted it: its agent DaemonSet and operator Deployment (sent as dry runs
 // for upstream's chart, whose objects are named as Gardener's), its `cilium-config`, and the agent pod of each node:
@@ -98,7 +114,7 @@ func (c *Cluster) install(ctx context.Context, chart Chart) (*installation, erro
 	if chart == GardenerChart {
 		rendered, err = ciliumchart.RenderGardener(ciliumchart.GardenerVersion, ciliumchart.GardenerValues(ciliumchart.GardenerVersion))
 	} else {
-		rendered, err = ciliumchart.Render(ciliumchart.GardenerVersion, ciliumchart.Values(ciliumchart.GardenerVersion))
+		rendered, err = ciliumchart.Render(chart.version(), ciliumchart.Values(chart.version()))
 	}
 	if err != nil {
 		return nil, err
@@ -165,13 +181,30 @@ func (c *Cluster) dryRun(ctx context.Context, obj client.Object) error {
 }
 
 // storeConfig stores the chart's `cilium-config` through the webhook, as installing that chart does: upstream's
-// build-config reads it from kube-apiserver, Gardener's chart mounts it.
+// build-config reads it from kube-apiserver, Gardener's chart mounts it. The extension's admission policy refuses the
+// update while the webhook cannot pin it (unreachable, or answering from a view it does not trust yet); it is retried
+// for a minute, as Gardener's resource manager retries a refused apply.
 func (c *Cluster) storeConfig(ctx context.Context, inst *installation) error {
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: inst.config.Namespace, Name: inst.config.Name}}
-	_, err := controllerutil.CreateOrUpdate(ctx, c.env.Client, cm, func() error {
-		cm.Data = maps.Clone(inst.config.Data)
+	var last error
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: inst.config.Namespace, Name: inst.config.Name}}
+		_, last = controllerutil.CreateOrUpdate(ctx, c.env.Client, cm, func() error {
+			cm.Data = maps.Clone(inst.config.Data)
+			return nil
+		})
+		return last == nil, ignoreRefused(last)
+	}); err != nil {
+		return fmt.Errorf("storing %s: %w (%v)", inst.config.Name, err, last)
+	}
+	return nil
+}
+
+// ignoreRefused is err unless admission refused the request (Forbidden, Invalid) or it conflicted, which a retry may
+// get past.
+func ignoreRefused(err error) error {
+	if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsConflict(err) {
 		return nil
-	})
+	}
 	return err
 }
 

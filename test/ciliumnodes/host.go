@@ -89,7 +89,7 @@ func SnapshotHost() (*HostState, error) {
 }
 
 // leftovers compares the machine with the state before the suite, and lists namespaces and processes of the suite's.
-func (before *HostState) Leftovers(prefix, agentBinary string) ([]string, error) {
+func (before *HostState) Leftovers(prefix string, agentBinaries ...string) ([]string, error) {
 	after, err := SnapshotHost()
 	if err != nil {
 		return nil, err
@@ -124,7 +124,7 @@ func (before *HostState) Leftovers(prefix, agentBinary string) ([]string, error)
 	}
 	procs, _ := filepath.Glob("/proc/[0-9]*/exe")
 	for _, p := range procs {
-		if exe, err := os.Readlink(p); err == nil && exe == agentBinary {
+		if exe, err := os.Readlink(p); err == nil && slices.Contains(agentBinaries, exe) {
 			problems = append(problems, "an agent still runs: "+p)
 		}
 	}

@@ -299,7 +299,11 @@ func (n *Node) running() bool {
 // not nil.
 func (n *Node) startAgent(ctx context.Context, env *testenv.Env, pod *corev1.Pod, configMaps map[string]map[string]string, lease *LeaseTimings) error {
 	// The BPF sources of the agent's own version: the agent compiles them and fills their configuration in.
-	agent, err := ciliumbin.Path(ciliumbin.Agent)
+	i := slices.IndexFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == cilium.AgentContainerName })
+	if i < 0 {
+		return fmt.Errorf("pod %s has no container %s", pod.Name, cilium.AgentContainerName)
+	}
+	agent, err := ciliumbin.PathFor(ciliumbin.Agent, pod.Spec.Containers[i].Image)
 	if err != nil {
 		return err
 	}

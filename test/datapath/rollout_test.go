@@ -13,7 +13,7 @@ import (
 // establishedThroughRollout is how many connections through the VIP are open while the agents roll.
 const establishedThroughRollout = 6
 
-// TestVIPThroughRollingUpdate: Gardener's agent DaemonSet rolls, as a new Cilium version or a changed setting rolls
+// TestVIPThroughRollingUpdate: Gardener's agent DaemonSet rolls (the harness stores no other chart's), as a new Cilium version or a changed setting rolls
 // it. Kubernetes' DaemonSet controller replaces the pods two at a time (the chart's maxUnavailable), the nodes'
 // kubelets give each old agent the pod's grace period, and each node keeps its datapath across the restart, as a real
 // node does. Only control-plane nodes may hold the lease and answer ARP for the VIP, and the VIP must serve at the end.
@@ -24,7 +24,7 @@ const establishedThroughRollout = 6
 func TestVIPThroughRollingUpdate(t *testing.T) {
 	ctx := context.Background()
 	exp := expose(t)
-	if _, err := cluster.Run(ctx, ciliumnodes.Agents{}); err != nil {
+	if _, err := cluster.Run(ctx, ciliumnodes.Agents{Chart: ciliumnodes.GardenerChart}); err != nil {
 		t.Fatal(err)
 	}
 	if err := cluster.ExtensionArgs(ctx); err != nil {

@@ -29,14 +29,27 @@ func expose(t *testing.T) *extensionsv1alpha1.SelfHostedShootExposure {
 	return exp
 }
 
+// ciliumLines are the charts whose agents the VIP tests run: Gardener's with Cilium 1.19, and upstream's of the newest
+// release the webhook supports (1.20, whose agents re-evaluate an L2 service when its addresses change).
+var ciliumLines = []ciliumnodes.Chart{ciliumnodes.GardenerChart, ciliumnodes.Upstream(newestLine)}
+
 // TestVIP: the exposure puts kube-apiserver on the VIP with Cilium alone. From the client, exactly one control-plane
 // node, the holder of Cilium's L2 announcement lease, answers ARP for the VIP, and HTTPS to the VIP under the shoot's
-// API name reaches a kube-apiserver whose certificate verifies.
+// API name reaches a kube-apiserver whose certificate verifies; with each Cilium line.
 func TestVIP(t *testing.T) {
-	ctx := context.Background()
 	exp := expose(t)
 	if len(exp.Status.Ingress) != 1 || exp.Status.Ingress[0].IP != fixtures.ExposureVIP {
 		t.Fatalf("status.ingress %+v, want %s", exp.Status.Ingress, fixtures.ExposureVIP)
+	}
+	for _, line := range ciliumLines {
+		t.Run(string(line), func(t *testing.T) { vipAnnounced(t, exp, line) })
+	}
+}
+
+func vipAnnounced(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure, line ciliumnodes.Chart) {
+	ctx := context.Background()
+	if _, err := cluster.Run(ctx, ciliumnodes.Agents{Chart: line}); err != nil {
+		t.Fatal(err)
 	}
 	holder, err := cluster.WaitForLeaseHolder(ctx, exp, "")
 	if err != nil {
@@ -68,11 +81,17 @@ func TestVIP(t *testing.T) {
 // kube-apiserver fail and the lease go unrenewed, and hands the lease to its own node (pkg/controller/l2handover): that
 // node answers ARP for the VIP, HTTPS through the VIP works again, and the exposure carries the HandedOver event. The
 // same with Cilium's default lease timings; with the handover switched off, the lease moves only once it expired, and
-// no event says otherwise. The times are logged (make bench reports them over several runs); the dead node is started
-// again by the next Run.
+// no event says otherwise; with each Cilium line. The times are logged (make bench reports them over several runs); the
+// dead node is started again by the next Run.
 func TestVIPFailover(t *testing.T) {
-	ctx := context.Background()
 	exp := expose(t)
+	for _, line := range ciliumLines {
+		t.Run(string(line), func(t *testing.T) { vipFailovers(t, exp, line) })
+	}
+}
+
+func vipFailovers(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure, line ciliumnodes.Chart) {
+	ctx := context.Background()
 	for _, tc := range []struct {
 		name     string
 		lease    *ciliumnodes.LeaseTimings
@@ -91,7 +110,7 @@ func TestVIPFailover(t *testing.T) {
 				args = []string{"--l2-handover=false"}
 			}
 			// Run first: it starts the node that died last again.
-			if _, err := cluster.Run(ctx, ciliumnodes.Agents{Lease: tc.lease}); err != nil {
+			if _, err := cluster.Run(ctx, ciliumnodes.Agents{Chart: line, Lease: tc.lease}); err != nil {
 				t.Fatal(err)
 			}
 			if err := cluster.ExtensionArgs(ctx, args...); err != nil {
@@ -136,16 +155,23 @@ const outageSettledInARow = 15
 // probing from the control-plane nodes as its chart's pods, publishes that endpoint as not ready; from then on no new
 // connection through the VIP fails (Cilium's load balancer skips a backend in maintenance), and none fails after the
 // kube-apiserver is back either. When the stopped kube-apiserver is the announcer's own, its agent is blind (it reaches
-// kube-apiserver only through it): the lease is handed to another node as well. The failing window is logged.
+// kube-apiserver only through it): the lease is handed to another node as well; with each Cilium line. The failing
+// window is logged.
 func TestVIPWithOneAPIServerDown(t *testing.T) {
-	ctx := context.Background()
 	exp := expose(t)
+	for _, line := range ciliumLines {
+		t.Run(string(line), func(t *testing.T) { vipWithOneAPIServerDown(t, exp, line) })
+	}
+}
+
+func vipWithOneAPIServerDown(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure, line ciliumnodes.Chart) {
+	ctx := context.Background()
 	for _, tc := range []struct {
 		name      string
 		announcer bool
 	}{{"another node's", false}, {"the announcer's", true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := cluster.Run(ctx, ciliumnodes.Agents{}); err != nil {
+			if _, err := cluster.Run(ctx, ciliumnodes.Agents{Chart: line}); err != nil {
 				t.Fatal(err)
 			}
 			if err := cluster.ExtensionArgs(ctx); err != nil {

@@ -437,7 +437,7 @@ func ForPod(ctx context.Context, env *testenv.Env, pod *corev1.Pod, name string)
 	if !ok {
 		return Container{}, fmt.Errorf("container %s of pod %s runs no Cilium binary this harness has", name, pod.Name)
 	}
-	binary, err := ciliumbin.Path(bin)
+	binary, err := ciliumbin.PathFor(bin, containers[i].Image)
 	if err != nil {
 		return Container{}, err
 	}
