@@ -19,6 +19,8 @@ CILIUM_DBG_1_20  = $(shell hack/cilium/build.sh cilium-dbg 1.20)
 NC_CHART         = $(shell hack/networking-cilium/chart.sh)
 # What the suites, the demo and the bench are told of the tools above.
 TOOLS_ENV        = KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CILIUM_OPERATOR="$(CILIUM_OPERATOR)" CILIUM_DBG="$(CILIUM_DBG)" CILIUM_AGENT="$(CILIUM_AGENT)" NETWORKING_CILIUM_CHART="$(NC_CHART)"
+# The tools of Cilium 1.20, for the test and bench runs that need them (ciliumbin.PathFor).
+TOOLS_ENV_1_20   = CILIUM_AGENT_1_20="$(CILIUM_AGENT_1_20)" CILIUM_DBG_1_20="$(CILIUM_DBG_1_20)"
 TEST_FLAGS      ?= -race -shuffle=on -timeout=20m
 
 .PHONY: all
@@ -61,7 +63,7 @@ cilium-1.20-binaries:
 
 .PHONY: test
 test: setup envtest-assets cilium-binaries cilium-1.20-binaries
-	$(TOOLS_ENV) CILIUM_AGENT_1_20="$(CILIUM_AGENT_1_20)" CILIUM_DBG_1_20="$(CILIUM_DBG_1_20)" $(GO) run ./hack/testreport $(GO) test -json $(TEST_FLAGS) ./...
+	$(TOOLS_ENV) $(TOOLS_ENV_1_20) $(GO) run ./hack/testreport $(GO) test -json $(TEST_FLAGS) ./...
 
 .PHONY: lint
 lint:
@@ -81,8 +83,8 @@ demo: setup envtest-assets cilium-binaries build
 
 # Benchmarks of the webhook and the exposure beside their floors; results under bench/results.
 .PHONY: bench
-bench: setup envtest-assets cilium-binaries
-	$(TOOLS_ENV) $(GO) run ./hack/bench --out bench/results
+bench: setup envtest-assets cilium-binaries cilium-1.20-binaries
+	$(TOOLS_ENV) $(TOOLS_ENV_1_20) $(GO) run ./hack/bench --out bench/results
 
 # Fuzz each target for FUZZTIME; crashers land in testdata/fuzz and become regression tests of `make test`.
 FUZZTIME ?= 30s

@@ -12,6 +12,7 @@ import (
 
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumnodes"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
@@ -62,13 +63,18 @@ func withCiliumNodes(r *report, section, prefix string, do func(context.Context,
 	return do(ctx, env, cluster)
 }
 
-// failoverCase is one way the announcing node dies, with the lease timings the agents run with (nil: the exposure's)
-// and whether the extension hands the lease over.
+// failoverCase is one way the announcing node dies, with the chart whose agents run, the lease timings they run with
+// (nil: the exposure's) and whether the extension hands the lease over.
 type failoverCase struct {
+	chart    ciliumnodes.Chart
 	lease    *ciliumnodes.LeaseTimings
 	death    ciliumnodes.Death
 	handover bool
 }
+
+// ciliumLines are the charts whose agents section 6 runs: Gardener's with Cilium 1.19, and upstream's of the newest
+// release the webhook supports.
+var ciliumLines = []ciliumnodes.Chart{ciliumnodes.GardenerChart, ciliumnodes.Upstream(ciliumchart.Versions[len(ciliumchart.Versions)-1])}
 
 func (m failoverCase) String() string {
 	lease := "the exposure's lease"
@@ -79,7 +85,7 @@ func (m failoverCase) String() string {
 	if !m.handover {
 		how = "no handover, the lease expires"
 	}
-	return fmt.Sprintf("%s, %s, node %s", lease, how, m.death)
+	return fmt.Sprintf("%s, %s, %s, node %s", m.chart, lease, how, m.death)
 }
 
 // handoverGoal is issue 26's goal for a failover through the handover: median <= 2.5s, max <= 3s.
@@ -90,19 +96,21 @@ func failovers(ctx context.Context, r *report, cluster *ciliumnodes.Cluster, run
 	if err != nil {
 		return err
 	}
-	for _, m := range []failoverCase{
-		{nil, ciliumnodes.LinkDown, true},
-		{nil, ciliumnodes.Hung, true},
-		{nil, ciliumnodes.LinkDown, false},
-		{nil, ciliumnodes.Hung, false},
-		{ciliumnodes.CiliumDefaultLease, ciliumnodes.LinkDown, false},
-	} {
-		if err := failoverRuns(ctx, r, cluster, exp, m, runs); err != nil {
+	for _, chart := range ciliumLines {
+		for _, m := range []failoverCase{
+			{chart, nil, ciliumnodes.LinkDown, true},
+			{chart, nil, ciliumnodes.Hung, true},
+			{chart, nil, ciliumnodes.LinkDown, false},
+			{chart, nil, ciliumnodes.Hung, false},
+			{chart, ciliumnodes.CiliumDefaultLease, ciliumnodes.LinkDown, false},
+		} {
+			if err := failoverRuns(ctx, r, cluster, exp, m, runs); err != nil {
+				return err
+			}
+		}
+		if err := outages(ctx, r, cluster, exp, chart); err != nil {
 			return err
 		}
-	}
-	if err := outages(ctx, r, cluster, exp); err != nil {
-		return err
 	}
 	if err := rollingUpdates(ctx, r, cluster, exp, rollouts); err != nil {
 		return err
@@ -131,7 +139,7 @@ func failoverRuns(ctx context.Context, r *report, cluster *ciliumnodes.Cluster, 
 	var leaseDuration time.Duration
 	handedOver := 0
 	for i := range runs {
-		if _, err := cluster.Run(ctx, ciliumnodes.Agents{Lease: m.lease}); err != nil {
+		if _, err := cluster.Run(ctx, ciliumnodes.Agents{Chart: m.chart, Lease: m.lease}); err != nil {
 			return err
 		}
 		if err := cluster.ExtensionArgs(ctx, args...); err != nil {
@@ -172,7 +180,7 @@ func failoverRuns(ctx context.Context, r *report, cluster *ciliumnodes.Cluster, 
 
 // outages stops one kube-apiserver while its node stays up, another node's and the announcer's, with the extension
 // probing the endpoints, and another node's without probing.
-func outages(ctx context.Context, r *report, cluster *ciliumnodes.Cluster, exp *extensionsv1alpha1.SelfHostedShootExposure) error {
+func outages(ctx context.Context, r *report, cluster *ciliumnodes.Cluster, exp *extensionsv1alpha1.SelfHostedShootExposure, chart ciliumnodes.Chart) error {
 	for _, m := range []struct {
 		announcer bool
 		args      []string
@@ -182,7 +190,8 @@ func outages(ctx context.Context, r *report, cluster *ciliumnodes.Cluster, exp *
 		{true, nil, "the announcer's kube-apiserver down (its agent blind), probing on"},
 		{false, []string{"--endpoint-probe-interval=0"}, "another node's kube-apiserver down, probing off"},
 	} {
-		if _, err := cluster.Run(ctx, ciliumnodes.Agents{}); err != nil {
+		m.what = string(chart) + ", " + m.what
+		if _, err := cluster.Run(ctx, ciliumnodes.Agents{Chart: chart}); err != nil {
 			return err
 		}
 		if err := cluster.ExtensionArgs(ctx, m.args...); err != nil {
@@ -217,7 +226,8 @@ func rollingUpdates(ctx context.Context, r *report, cluster *ciliumnodes.Cluster
 	if runs == 0 {
 		return nil
 	}
-	if _, err := cluster.Run(ctx, ciliumnodes.Agents{}); err != nil {
+	// The harness stores Gardener's chart only: its DaemonSet is what rolls.
+	if _, err := cluster.Run(ctx, ciliumnodes.Agents{Chart: ciliumnodes.GardenerChart}); err != nil {
 		return err
 	}
 	var silence []time.Duration

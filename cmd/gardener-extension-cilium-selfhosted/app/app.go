@@ -6,6 +6,8 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"net/netip"
+	"net/url"
 	"os"
 	"slices"
 
@@ -17,6 +19,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -32,6 +35,7 @@ import (
 	gardenerhealthz "github.com/gardener/gardener/pkg/healthz"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverfailover"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/l2handover"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/selfhostedshootexposure"
@@ -168,6 +172,7 @@ func (o *options) run(ctx context.Context) error {
 	processOptions := options
 	processOptions.LeaderElection = false
 	config := o.rest.Completed().Config
+	failover := failoverDialer(config, o.general.SelfHostedShootCluster, o.pod.IP)
 	if o.general.SelfHostedShootCluster {
 		writer, err := client.New(config, client.Options{})
 		if err != nil {
@@ -211,6 +216,11 @@ func (o *options) run(ctx context.Context) error {
 			return err
 		}
 	}
+	if failover != nil {
+		if err := apiserverfailover.AddToManager(mgr, failover); err != nil {
+			return err
+		}
+	}
 	terms, err := o.leaderTerms(ctx, config, mgr, options)
 	if err != nil {
 		return err
@@ -219,6 +229,20 @@ func (o *options) run(ctx context.Context) error {
 		return err
 	}
 	return mgr.Start(ctx)
+}
+
+// failoverDialer makes config fall back to the other control-plane nodes' kube-apiservers when its own node's, at
+// localhost, cannot be reached (pkg/apiserverfailover), and returns the Dialer to keep their addresses in; nil when the
+// extension does not run on a self-hosted shoot's control-plane node or is given another kube-apiserver.
+func failoverDialer(config *rest.Config, selfHosted bool, podIP string) *apiserverfailover.Dialer {
+	u, err := url.Parse(config.Host)
+	if !selfHosted || config.Dial != nil || err != nil || u.Hostname() != "localhost" {
+		return nil
+	}
+	self, _ := netip.ParseAddr(podIP) // a hostNetwork pod's address is its node's
+	d := apiserverfailover.New(self)
+	config.Dial = d.DialContext
+	return d
 }
 
 // serverTLS sets what the webhook and metrics servers accept: TLS 1.2 or newer (Go's default minimum too; stated, so

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
 )
 
 const kubeconfig = `apiVersion: v1
@@ -109,6 +110,28 @@ func TestClientRateLimits(t *testing.T) {
 		}
 		if err := o.complete(); err == nil || !strings.Contains(err.Error(), tc.flag) {
 			t.Errorf("%s: error %v, want one naming %s", tc.arg, err, tc.flag)
+		}
+	}
+}
+
+// TestFailoverDialer: on a self-hosted shoot, the extension's clients fall back from their node's kube-apiserver at
+// localhost to the other control-plane nodes'; given any other kube-apiserver, or outside a self-hosted shoot, they
+// dial as client-go does.
+func TestFailoverDialer(t *testing.T) {
+	for _, tc := range []struct {
+		host       string
+		selfHosted bool
+		want       bool
+	}{
+		{"https://localhost:443", true, true},
+		{"https://localhost:443", false, false},
+		{"https://127.0.0.1:6443", true, false},
+		{"https://api.shoot.example.com", true, false},
+	} {
+		config := &rest.Config{Host: tc.host}
+		d := failoverDialer(config, tc.selfHosted, "10.0.1.10")
+		if (d != nil) != tc.want || (config.Dial != nil) != tc.want {
+			t.Errorf("%s, self-hosted %t: dialer %v, Dial set %t; want a fallback %t", tc.host, tc.selfHosted, d, config.Dial != nil, tc.want)
 		}
 	}
 }

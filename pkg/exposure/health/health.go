@@ -140,6 +140,9 @@ func NewRegistry(config *rest.Config, purpose string, settings Settings, changed
 		}
 	}
 	cfg.TLSClientConfig.ServerName = apiserverendpoints.ServerName
+	// A probe reaches the one kube-apiserver it probes, never another that config's dialer falls back to
+	// (pkg/apiserverfailover): that would report a stopped kube-apiserver ready.
+	cfg.Dial = nil
 	transport, err := rest.TransportFor(cfg)
 	if err != nil {
 		return nil, err

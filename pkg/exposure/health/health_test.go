@@ -503,3 +503,28 @@ func TestProberTokenRenewedInBackground(t *testing.T) {
 		t.Errorf("the endpoint went out %v times while its token was renewed", n)
 	}
 }
+
+// TestProbesNeverDialAnotherKubeAPIServer: the extension's own clients fall back to another control-plane node's
+// kube-apiserver when theirs is down (pkg/apiserverfailover); a probe of a stopped kube-apiserver must not, or it
+// would report that one ready.
+func TestProbesNeverDialAnotherKubeAPIServer(t *testing.T) {
+	ca := newCA(t)
+	live := newAPIServer(t, ca, apiserverendpoints.ServerName)
+	stopped := newAPIServer(t, ca, apiserverendpoints.ServerName)
+	stoppedAddress := stopped.address()
+	stopped.Close()
+	config := &rest.Config{BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: ca.CertificatePEM},
+		Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, live.address())
+		}}
+	r, err := NewRegistry(config, PurposeEndpoints, fast, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	r.Track(expA, []string{stoppedAddress})
+	waitFor(t, "the stopped kube-apiserver is out", func() bool { return !r.State(stoppedAddress).Ready })
+	if n := live.requests.Load(); n > 0 {
+		t.Errorf("the probes of %s reached another kube-apiserver %d times", stoppedAddress, n)
+	}
+}

@@ -1,0 +1,97 @@
+package apiserverfailover
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// listen opens a listener at ip on port ("0": any) and returns it with its port.
+func listen(t *testing.T, ip, port string) (net.Listener, string) {
+	t.Helper()
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	_, p, _ := net.SplitHostPort(l.Addr().String())
+	return l, p
+}
+
+func dialedAddress(t *testing.T, d *Dialer, address string) string {
+	t.Helper()
+	conn, err := d.DialContext(context.Background(), "tcp", address)
+	if err != nil {
+		t.Fatalf("dialing %s: %v", address, err)
+	}
+	defer conn.Close()
+	return conn.RemoteAddr().String()
+}
+
+func TestDialsTheAddressAskedForFirst(t *testing.T) {
+	_, port := listen(t, "127.0.0.1", "0")
+	listen(t, "127.0.0.2", port)
+	d := New(netip.MustParseAddr("127.0.0.10"))
+	d.SetControlPlane([]netip.Addr{netip.MustParseAddr("127.0.0.2")})
+	if got, want := dialedAddress(t, d, "127.0.0.1:"+port), "127.0.0.1:"+port; got != want {
+		t.Errorf("dialed %s, want %s", got, want)
+	}
+}
+
+func TestFallsBackToTheOtherControlPlaneNodesInOrder(t *testing.T) {
+	// Nothing listens at 127.0.0.1 and 127.0.0.3 on the port: refused, as a stopped kube-apiserver's port is.
+	_, port := listen(t, "127.0.0.4", "0")
+	listen(t, "127.0.0.5", port)
+	d := New(netip.MustParseAddr("127.0.0.10"))
+	d.SetControlPlane([]netip.Addr{netip.MustParseAddr("127.0.0.3"), netip.MustParseAddr("127.0.0.4"), netip.MustParseAddr("127.0.0.5")})
+	if got, want := dialedAddress(t, d, "127.0.0.1:"+port), "127.0.0.4:"+port; got != want {
+		t.Errorf("dialed %s, want the first control-plane node that answers, %s", got, want)
+	}
+}
+
+func TestNeverFallsBackToItsOwnNode(t *testing.T) {
+	d := New(netip.MustParseAddr("127.0.0.10"))
+	d.SetControlPlane([]netip.Addr{netip.MustParseAddr("127.0.0.10"), netip.MustParseAddr("::ffff:127.0.0.11"), netip.MustParseAddr("127.0.0.12")})
+	if got, want := d.Others(), []netip.Addr{netip.MustParseAddr("::ffff:127.0.0.11"), netip.MustParseAddr("127.0.0.12")}; !slices.Equal(got, want) {
+		t.Errorf("falls back to %v, want %v", got, want)
+	}
+}
+
+func TestNamesEveryAddressItTriedWhenNoneAnswers(t *testing.T) {
+	_, port := listen(t, "127.0.0.6", "0")
+	d := New(netip.MustParseAddr("127.0.0.10"))
+	d.SetControlPlane([]netip.Addr{netip.MustParseAddr("127.0.0.7"), netip.MustParseAddr("127.0.0.8")})
+	_, err := d.DialContext(context.Background(), "tcp", "127.0.0.1:"+port)
+	if err == nil {
+		t.Fatal("dialed although nothing listens")
+	}
+	for _, a := range []string{"127.0.0.1:" + port, "127.0.0.7:" + port, "127.0.0.8:" + port} {
+		if !strings.Contains(err.Error(), a) {
+			t.Errorf("the error %q does not name %s", err, a)
+		}
+	}
+}
+
+func TestStopsFallingBackWhenTheCallerGivesUp(t *testing.T) {
+	_, port := listen(t, "127.0.0.9", "0")
+	d := New(netip.MustParseAddr("127.0.0.10"))
+	d.SetControlPlane([]netip.Addr{netip.MustParseAddr("127.0.0.9")})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if conn, err := d.DialContext(ctx, "tcp", "127.0.0.1:"+port); err == nil {
+		conn.Close()
+		t.Error("dialed for a caller that gave up")
+	}
+}
