@@ -19,6 +19,7 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumnodes"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumoperator"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
 )
 
 // datapath runs Cilium's real agents on network-namespace nodes from the pods the webhook admitted (test/ciliumnodes),
@@ -38,15 +39,25 @@ func (d *demo) datapath(ctx context.Context, chart string) ([]string, error) {
 	ciliumoperator.FreeLease(ctx, d.env.Client)
 	// The agent pods created above stood in for the DaemonSet controller's; from here Kubernetes' own makes them, and
 	// would adopt those (they match its selector) only to delete them.
-	if err := d.env.Client.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(cilium.Namespace),
-		client.MatchingLabels{cilium.LabelKeyApp: cilium.LabelValueAgent}, client.GracePeriodSeconds(0)); err != nil {
+	deleteAgentPods := func() error {
+		return d.env.Client.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(cilium.Namespace),
+			client.MatchingLabels{cilium.LabelKeyApp: cilium.LabelValueAgent}, client.GracePeriodSeconds(0))
+	}
+	if err := deleteAgentPods(); err != nil {
 		return nil, err
 	}
-	cluster, err := ciliumnodes.New(ctx, d.env, "cdemo"+strconv.Itoa(os.Getpid()), ciliumnodes.Options{})
+	cluster, err := ciliumnodes.New(ctx, d.env, "cdemo"+strconv.Itoa(os.Getpid()), ciliumnodes.Options{ExtensionPods: true})
 	if err != nil {
 		return nil, err
 	}
 	defer cluster.Close()
+	// The DaemonSet controller starts with the extension's own pods, and made the agents' pods while none of those was
+	// ready to answer the webhook (failurePolicy Ignore): they carry only the DaemonSet's pinning, the control-plane
+	// nodes' addresses, as on any node, and no localhost. In a running shoot the extension's rollout keeps a replica
+	// ready; here they are made again now that the webhook answers.
+	if err := deleteAgentPods(); err != nil {
+		return nil, err
+	}
 	step("Starting the agents of %s on %s, each from the pod the webhook admitted for its node (Cilium %s; each compiles "+
 		"its BPF programs with clang)", agents.Chart, strings.Join(ciliumnodes.NodeNames, ", "), ciliumchart.GardenerVersion)
 	start := time.Now()
@@ -70,6 +81,10 @@ func (d *demo) datapath(ctx context.Context, chart string) ([]string, error) {
 		attempts, err := n.Attempts()
 		if err != nil {
 			return nil, err
+		}
+		// A control-plane node's agent reaches its own kube-apiserver at localhost, a worker's a control-plane node's.
+		if local := slices.Equal(peers, []string{podrun.LocalAPIServer}); local != n.ControlPlane || len(peers) == 0 {
+			problems = append(problems, fmt.Sprintf("the agent on %s is connected to %v", n.Name, peers))
 		}
 		var agent, k8s, kpr string
 		if status.Cilium != nil {

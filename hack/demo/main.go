@@ -51,9 +51,8 @@ func main() {
 func step(format string, args ...any) { fmt.Printf("==> "+format+"\n", args...) }
 
 type demo struct {
-	env       *testenv.Env
-	extension *testenv.Process
-	operator  *ciliumoperator.Operator
+	env      *testenv.Env
+	operator *ciliumoperator.Operator
 	// sandbox stands for the nodes' network (nil without root).
 	sandbox *podrun.Sandbox
 }
@@ -90,7 +89,8 @@ func run(extension, chart string, keep bool) error {
 	if err := d.startExtension(ctx, extension); err != nil {
 		return err
 	}
-	defer d.extension.Stop(context.Background())
+	// The datapath part runs the extension as its chart's pods and then starts it here again: stop whichever runs.
+	defer func() { d.env.Extension.Stop(context.Background()) }()
 
 	var problems []string
 	p, err := d.ciliumAgents(ctx, chart)
@@ -131,7 +131,7 @@ func run(extension, chart string, keep bool) error {
 
 	if keep {
 		step("Still running. Explore with: export KUBECONFIG=%s; kubectl get ds,pods,cm,svc,endpointslices -n kube-system", env.Kubeconfig)
-		step("Extension log: %s; operator log: %s. Press Ctrl-C to stop.", d.extension.LogPath(), d.operator.LogPath())
+		step("Extension log: %s; operator log: %s. Press Ctrl-C to stop.", d.env.Extension.LogPath(), d.operator.LogPath())
 		<-ctx.Done()
 	}
 	return nil
@@ -142,7 +142,6 @@ func (d *demo) startExtension(ctx context.Context, binary string) error {
 	if err := d.env.RunExtension(ctx, binary); err != nil {
 		return err
 	}
-	d.extension = d.env.Extension
 	step("   with its production flags: %s", strings.Join(d.env.ExtensionCommand()[1:], " "))
 	step("The extension registered MutatingWebhookConfiguration %s and wrote ConfigMap kube-system/%s",
 		testenv.WebhookConfigName, apiserverendpoints.ConfigMapName)

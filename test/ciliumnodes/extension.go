@@ -186,11 +186,12 @@ func (c *Cluster) routeWebhooks(l net.Listener, port string) {
 }
 
 // dialWebhook connects from the client's namespace, over the segment, to the first control-plane node whose
-// extension pod accepts.
+// extension pod is ready (an endpoint of the Service) and accepts. A pod that is not ready yet may answer from
+// informers that have not synced.
 func (c *Cluster) dialWebhook(port string) (net.Conn, error) {
 	var errs []error
 	for _, n := range c.Nodes() {
-		if !n.ControlPlane {
+		if !n.ControlPlane || !n.servingExtension() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), webhookDialTimeout)
@@ -200,6 +201,9 @@ func (c *Cluster) dialWebhook(port string) (net.Conn, error) {
 			return conn, nil
 		}
 		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		return nil, errors.New("no extension pod is ready")
 	}
 	return nil, errors.Join(errs...)
 }
@@ -252,7 +256,24 @@ func (n *Node) startExtension(ctx context.Context, env *testenv.Env, cgroup stri
 		}
 		return fmt.Errorf("the extension pod on %s is not ready: %w\n%s", n.Name, err, started.LogTail(40))
 	}
-	return reportExtension(ctx, env, c.Pod, c.PodIP, true)
+	if err := reportExtension(ctx, env, c.Pod, c.PodIP, true); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	if n.extension == started {
+		n.extensionReady = started
+	}
+	n.mu.Unlock()
+	return nil
+}
+
+// servingExtension says whether the node's extension pod is an endpoint of the extension's Service: running and
+// reported ready.
+func (n *Node) servingExtension() bool {
+	p, _ := n.runningExtension()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return p != nil && p == n.extensionReady
 }
 
 // errExtensionExited: the extension process exited before it was ready (it replaced a pod whose address is stale).

@@ -61,6 +61,8 @@ type Node struct {
 	extensionPod      types.UID
 	extensionCgroup   string
 	extensionStarting bool
+	// extensionReady is extension once it was reported ready.
+	extensionReady *podrun.Started
 	// apiServerDown: the node's kube-apiserver was switched off with its link (LinkDown).
 	apiServerDown bool
 	// agentPod is the UID of the pod the agent runs.

@@ -390,14 +390,18 @@ func (s *Sandbox) Start(c Container) (*Started, error) {
 	if len(container.Command) > 0 {
 		name = filepath.Base(container.Command[0])
 	}
+	target, err := filepath.Abs(c.Binary)
+	if err != nil {
+		return nil, err
+	}
 	link := os.Symlink
-	if strings.HasPrefix(c.Binary, "/tmp/") {
+	if strings.HasPrefix(target, "/tmp/") {
 		link = os.Link
 	}
 	if err := os.Remove(filepath.Join(c.Dir, "bin", name)); err != nil && !os.IsNotExist(err) {
 		return nil, err
 	}
-	if err := link(c.Binary, filepath.Join(c.Dir, "bin", name)); err != nil {
+	if err := link(target, filepath.Join(c.Dir, "bin", name)); err != nil {
 		return nil, err
 	}
 	binary := filepath.Join(scratch, "bin", name)
