@@ -152,8 +152,8 @@ func failoverRuns(ctx context.Context, r *report, cluster *ciliumnodes.Cluster, 
 		if f.HandedOver != "" {
 			handedOver++
 		}
-		fmt.Printf("   %s, run %d: %s died, %s answers ARP after %s, HTTPS after %s\n", m, i+1, f.From, f.To,
-			f.ARP.Round(10*time.Millisecond), f.HTTPS.Round(10*time.Millisecond))
+		fmt.Printf("   %s, run %d: %s died, %s answers ARP after %s, HTTPS after %s; lease %s\n", m, i+1, f.From, f.To,
+			f.ARP.Round(10*time.Millisecond), f.HTTPS.Round(10*time.Millisecond), f.LeaseMove)
 		arp, https, leaseDuration = append(arp, f.ARP), append(https, f.HTTPS), f.Lease
 	}
 	slices.Sort(arp)

@@ -145,6 +145,7 @@ func (d *demo) datapath(ctx context.Context, chart string) ([]string, error) {
 	if f.HandedOver != "" {
 		fmt.Printf("the extension handed the lease over, event HandedOver on the exposure: %s\n", f.HandedOver)
 	}
+	fmt.Printf("the lease's writes: %s %s\n", f.From, f.LeaseMove)
 	fmt.Println()
 	fmt.Println("(HTTPS may work again before ARP moves: the bridge floods frames for the dead node's MAC to every port, and the " +
 		"other nodes' Cilium load-balances them; see docs/datapath.md)")

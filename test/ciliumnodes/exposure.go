@@ -245,6 +245,8 @@ type Failover struct {
 	// HandedOver is the extension's HandedOver event of the failover on the exposure, "" when the lease moved
 	// without it (it expired).
 	HandedOver string
+	// LeaseMove is how the lease went from From to To.
+	LeaseMove LeaseMove
 }
 
 // Death is how the lease holder's node dies.
@@ -304,6 +306,15 @@ func (c *Cluster) FailOver(ctx context.Context, exp *extensionsv1alpha1.SelfHost
 	if err != nil {
 		return f, err
 	}
+	stopTimeline, err := c.leaseTimeline(ctx, exp)
+	if err != nil {
+		return f, err
+	}
+	defer func() {
+		if stopTimeline != nil {
+			stopTimeline()
+		}
+	}()
 	start, err := dead.die(death)
 	if err != nil {
 		return f, err
@@ -334,8 +345,13 @@ func (c *Cluster) FailOver(ctx context.Context, exp *extensionsv1alpha1.SelfHost
 	if f.To, err = c.WaitForLeaseHolder(ctx, exp, f.From); err != nil {
 		return f, err
 	}
-	f.HandedOver, err = c.newHandoverEvent(ctx, exp, events)
-	return f, err
+	if f.HandedOver, err = c.newHandoverEvent(ctx, exp, events); err != nil {
+		return f, err
+	}
+	versions := stopTimeline()
+	stopTimeline = nil
+	f.LeaseMove = moveOf(versions, f.From, f.To, start, f.HandedOver != "")
+	return f, nil
 }
 
 // httpsInterval is how often firstHTTPS starts a request: the resolution of the HTTPS times it measures.

@@ -142,8 +142,12 @@ func vipFailovers(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure,
 			case !tc.handover && f.HandedOver != "":
 				t.Errorf("HandedOver event %q with the handover switched off", f.HandedOver)
 			}
-			t.Logf("%s died (%s): %s answers ARP for the VIP after %s, HTTPS through the VIP works after %s (lease duration %s); %s",
-				f.From, tc.death, f.To, f.ARP.Round(100*time.Millisecond), f.HTTPS.Round(100*time.Millisecond), f.Lease, f.HandedOver)
+			// The handed term is the new holder's agent's own: it renews it rather than acquiring a lease of its own.
+			if m := f.LeaseMove; tc.handover && (m.Moved <= 0 || m.TakenUp <= m.Moved) {
+				t.Errorf("after the handover the lease was %s, want the new holder's agent to renew the term handed to it", m)
+			}
+			t.Logf("%s died (%s): %s answers ARP for the VIP after %s, HTTPS through the VIP works after %s (lease duration %s; %s); %s",
+				f.From, tc.death, f.To, f.ARP.Round(100*time.Millisecond), f.HTTPS.Round(100*time.Millisecond), f.Lease, f.LeaseMove, f.HandedOver)
 		})
 	}
 }

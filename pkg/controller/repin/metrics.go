@@ -9,7 +9,7 @@ import (
 var (
 	pinnings = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "cilium_selfhosted_cilium_pods",
-		Help: "Cilium's agent, Envoy and operator pods by how they reach kube-apiserver compared with the current control-plane members (current, stranded, degraded, unpinned).",
+		Help: "Cilium's agent, Envoy and operator pods by how they reach kube-apiserver compared with the current control-plane members (current, stranded, degraded, unpinned, misplaced).",
 	}, []string{"pinning"})
 	recreated = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cilium_selfhosted_stale_pods_recreated_total",

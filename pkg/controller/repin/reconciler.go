@@ -50,7 +50,8 @@ var DefaultOptions = Options{BatchSize: 50, BatchTimeout: 2 * time.Minute, SlowI
 // Reconciler recreates Cilium's pods whose pinning is stale (Classify): it deletes them, and their DaemonSet or
 // ReplicaSet creates replacements, which the webhook pins to the current members. It deletes only after a dry-run
 // create of such a pod came back from kube-apiserver pinned to the current members, which proves the whole admission
-// path; stranded pods first (NotReady ones before Ready ones) in batches, degraded and unpinned ones one at a time.
+// path; stranded pods first (NotReady ones before Ready ones) in batches, degraded, unpinned and misplaced ones one at
+// a time.
 type Reconciler struct {
 	Client   client.Client
 	Recorder record.EventRecorder
@@ -127,12 +128,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	stranded = stranded[:min(len(stranded), r.Options.BatchSize)]
 	var slow []*corev1.Pod
 	slowWait := r.Options.SlowInterval - r.Clock.Since(r.lastSlow())
-	if others := slices.DeleteFunc(slices.Concat(byPinning[Degraded], byPinning[Unpinned]), orphan); len(others) > 0 && slowWait <= 0 {
+	if others := slices.DeleteFunc(slices.Concat(byPinning[Degraded], byPinning[Unpinned], byPinning[Misplaced]), orphan); len(others) > 0 && slowWait <= 0 {
 		slow = others[:1]
 	}
 	candidates := r.admitted(ctx, slices.Concat(stranded, slow), members, controlPlaneNodes)
 	if len(candidates) == 0 {
-		if len(byPinning[Degraded])+len(byPinning[Unpinned])+len(byPinning[Stranded]) > 0 {
+		if len(pods) > len(byPinning[Current]) {
 			return reconcile.Result{RequeueAfter: max(slowWait, time.Second)}, nil
 		}
 		return reconcile.Result{}, nil

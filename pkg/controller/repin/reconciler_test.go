@@ -48,7 +48,7 @@ type fixture struct {
 }
 
 // newFixture: one control-plane node cp-0 at 10.0.1.10. webhookAnswers says whether a dry-run create comes back
-// pinned to it, as the webhook pins (it stands for the webhook behind kube-apiserver, which test/integration/rollout
+// pinned to it (to localhost on cp-0 itself), as the webhook pins (it stands for the webhook behind kube-apiserver, which test/integration/rollout
 // runs for real), or unchanged, as when the webhook does not answer.
 func newFixture(t *testing.T, webhookAnswers bool, pods ...*corev1.Pod) *fixture {
 	t.Helper()
@@ -71,7 +71,12 @@ func newFixture(t *testing.T, webhookAnswers bool, pods ...*corev1.Pod) *fixture
 				return c.Create(ctx, obj, opts...)
 			}
 			f.dryRuns++
-			if pod, ok := obj.(*corev1.Pod); ok && webhookAnswers {
+			switch pod, ok := obj.(*corev1.Pod); {
+			case !ok || !webhookAnswers:
+			case pod.Spec.NodeName == cp.Name:
+				pod.Spec.HostAliases = nil
+				pod.Spec.Containers[0].Env = []corev1.EnvVar{{Name: cilium.EnvServiceHost, Value: apiserverendpoints.LocalHost}}
+			default:
 				pod.Spec.HostAliases = []corev1.HostAlias{{IP: "10.0.1.10", Hostnames: []string{apiserverendpoints.ServerName}}}
 				pod.Spec.Containers[0].Env = []corev1.EnvVar{{Name: cilium.EnvServiceHost, Value: apiserverendpoints.ServerName}}
 			}
@@ -199,6 +204,26 @@ func TestDegradedAndUnpinnedOneAtATime(t *testing.T) {
 	f.reconcile(t)
 	if got := f.remaining(t); len(got) != 0 {
 		t.Errorf("pods %v, want the second recreated after the slow interval", got)
+	}
+}
+
+// TestMisplacedControlPlanePodRecreated: a control-plane node's agent admitted as a worker's (the webhook's view did
+// not know the node yet) is recreated once a dry run comes back pinned to localhost, and kept while the webhook does
+// not answer.
+func TestMisplacedControlPlanePodRecreated(t *testing.T) {
+	for _, webhookAnswers := range []bool{true, false} {
+		t.Run(fmt.Sprintf("webhook answers %t", webhookAnswers), func(t *testing.T) {
+			f := newFixture(t, webhookAnswers, ownedAgent("cp", "cp-0", true, "10.0.1.10"))
+			f.reconcile(t)
+			if got := f.remaining(t); (len(got) == 0) != webhookAnswers || f.dryRuns != 1 {
+				t.Errorf("pods %v after %d dry runs, want the misplaced pod recreated: %t", got, f.dryRuns, webhookAnswers)
+			}
+			if webhookAnswers {
+				if e := <-f.recorder.Events; !strings.Contains(e, string(repin.Misplaced)) {
+					t.Errorf("event %q, want it to name the pinning %s", e, repin.Misplaced)
+				}
+			}
+		})
 	}
 }
 

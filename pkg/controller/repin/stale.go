@@ -28,10 +28,14 @@ const (
 	// Unpinned: admitted while the webhook did not answer, with its template's values: the endpoints ConfigMap's
 	// kubeconfig (the agent dials that one server) and no localhost on a control-plane node.
 	Unpinned Pinning = "unpinned"
+	// Misplaced: on a control-plane node, pinned as a pod off the control plane is (admitted by a webhook replica
+	// whose view did not know the node as one yet): it depends on the other nodes' kube-apiservers instead of its own
+	// at localhost, and an announcing agent so pinned keeps renewing the L2 lease while its own kube-apiserver is down.
+	Misplaced Pinning = "misplaced"
 )
 
 // Pinnings are all pinnings, Current first.
-var Pinnings = []Pinning{Current, Stranded, Degraded, Unpinned}
+var Pinnings = []Pinning{Current, Stranded, Degraded, Unpinned, Misplaced}
 
 // Classify tells the pinning of pod against the control-plane members: their addresses and the names of the
 // control-plane Nodes.
@@ -47,6 +51,8 @@ func Classify(pod *corev1.Pod, members apiserverendpoints.ControlPlane, controlP
 		switch {
 		case len(aliases) == 0 || !slices.ContainsFunc(aliases, members.Has):
 			return Stranded
+		case controlPlaneNodes.Has(pod.Spec.NodeName):
+			return Misplaced
 		case !members.Has(aliases[0]):
 			return Degraded
 		default:

@@ -45,14 +45,16 @@ func TestClassify(t *testing.T) {
 		pod  *corev1.Pod
 		want repin.Pinning
 	}{
-		"worker, first alias a member":        {agent("a", "w-0", apiserverendpoints.ServerName, "10.0.1.11", "10.0.1.10"), repin.Current},
-		"worker, first alias gone":            {agent("a", "w-0", apiserverendpoints.ServerName, "10.0.1.99", "10.0.1.10"), repin.Degraded},
-		"worker, every alias gone":            {agent("a", "w-0", apiserverendpoints.ServerName, "10.0.1.98", "10.0.1.99"), repin.Stranded},
-		"worker, no alias":                    {agent("a", "w-0", apiserverendpoints.ServerName), repin.Stranded},
-		"control-plane node, localhost":       {agent("a", "cp-0", apiserverendpoints.LocalHost), repin.Current},
-		"localhost on a node no longer in it": {agent("a", "w-0", apiserverendpoints.LocalHost), repin.Stranded},
-		"admitted without the webhook":        {agent("a", "w-0", ""), repin.Unpinned},
-		"an IPv4-mapped alias of a member":    {agent("a", "w-0", apiserverendpoints.ServerName, "::ffff:10.0.1.10"), repin.Current},
+		"worker, first alias a member":           {agent("a", "w-0", apiserverendpoints.ServerName, "10.0.1.11", "10.0.1.10"), repin.Current},
+		"worker, first alias gone":               {agent("a", "w-0", apiserverendpoints.ServerName, "10.0.1.99", "10.0.1.10"), repin.Degraded},
+		"worker, every alias gone":               {agent("a", "w-0", apiserverendpoints.ServerName, "10.0.1.98", "10.0.1.99"), repin.Stranded},
+		"worker, no alias":                       {agent("a", "w-0", apiserverendpoints.ServerName), repin.Stranded},
+		"control-plane node, localhost":          {agent("a", "cp-0", apiserverendpoints.LocalHost), repin.Current},
+		"control-plane node, pinned as a worker": {agent("a", "cp-0", apiserverendpoints.ServerName, "10.0.1.11", "10.0.1.10"), repin.Misplaced},
+		"control-plane node, every alias gone":   {agent("a", "cp-0", apiserverendpoints.ServerName, "10.0.1.99"), repin.Stranded},
+		"localhost on a node no longer in it":    {agent("a", "w-0", apiserverendpoints.LocalHost), repin.Stranded},
+		"admitted without the webhook":           {agent("a", "w-0", ""), repin.Unpinned},
+		"an IPv4-mapped alias of a member":       {agent("a", "w-0", apiserverendpoints.ServerName, "::ffff:10.0.1.10"), repin.Current},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if got := repin.Classify(tc.pod, cp, cpNodes); got != tc.want {
