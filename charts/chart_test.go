@@ -137,8 +137,9 @@ func TestSelfHostedValues(t *testing.T) {
 			env[e.Name] = e.ValueFrom.FieldRef.FieldPath
 		}
 	}
-	if env["KUBERNETES_SERVICE_HOST"] != "localhost" || env["KUBERNETES_SERVICE_PORT"] != "443" || env["POD_IP"] != "status.podIP" {
-		t.Errorf("env %v, want KUBERNETES_SERVICE_HOST=localhost, KUBERNETES_SERVICE_PORT=443 and POD_IP from status.podIP", env)
+	if env["KUBERNETES_SERVICE_HOST"] != "localhost" || env["KUBERNETES_SERVICE_PORT"] != "443" || env["POD_IP"] != "status.podIP" ||
+		env[cilium.EnvHTTP2ReadIdleTimeout] != "4" || env[cilium.EnvHTTP2PingTimeout] != "4" {
+		t.Errorf("env %v, want KUBERNETES_SERVICE_HOST=localhost, KUBERNETES_SERVICE_PORT=443, POD_IP from status.podIP and client-go's HTTP/2 health check after 4+4 s", env)
 	}
 	// One node at a time, the old pod before the new one (host ports); no PodDisruptionBudget, as nothing evicts a
 	// DaemonSet's pods.
