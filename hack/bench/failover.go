@@ -231,20 +231,20 @@ func rollingUpdates(ctx context.Context, r *report, cluster *ciliumnodes.Cluster
 		return err
 	}
 	var silence []time.Duration
-	attempts, failed, broken, moves := 0, 0, 0, 0
+	attempts, failed, broken, moves, handed := 0, 0, 0, 0, 0
 
 	for i := range runs {
 		o, err := cluster.RollOut(ctx, exp, establishedThroughRollout)
 		if err != nil {
 			return err
 		}
-		fmt.Printf("   rollout %d: took %s; lease %v; ARP answered by %v, nobody for at most %s; %d of %d new requests failed; %d of %d established connections broke %v\n",
-			i+1, o.Took.Round(100*time.Millisecond), o.Holders, o.Answerers, o.ARPSilence.Round(10*time.Millisecond), o.Failed, o.Attempts, len(o.Broken), o.Established, o.Broken)
+		fmt.Printf("   rollout %d: took %s; lease %v; ARP answered by %v, nobody for at most %s; %d of %d new requests failed; %d of %d established connections broke %v; handed over %q\n",
+			i+1, o.Took.Round(100*time.Millisecond), o.Holders, o.Answerers, o.ARPSilence.Round(10*time.Millisecond), o.Failed, o.Attempts, len(o.Broken), o.Established, o.Broken, o.HandedOver)
 		silence = append(silence, o.ARPSilence)
-		attempts, failed, broken, moves = attempts+o.Attempts, failed+o.Failed, broken+len(o.Broken), moves+o.Moves()
+		attempts, failed, broken, moves, handed = attempts+o.Attempts, failed+o.Failed, broken+len(o.Broken), moves+o.Moves(), handed+len(o.HandedOver)
 	}
 	slices.Sort(silence)
-	name := fmt.Sprintf("a rolling update of the agents (maxUnavailable 2, grace period 1 s), %d runs", runs)
+	name := fmt.Sprintf("a rolling update of the agents (maxUnavailable 2, grace period 1 s), %d runs, %d released leases taken for a settled agent", runs, handed)
 	r.add(Result{Section: failoverSection, Name: "longest time nobody answered ARP for the VIP, median, " + name, Value: silence[len(silence)/2].Seconds(), Unit: "s",
 		Baseline: kubeVIPFailover.Seconds(), BaselineName: "kube-vip's documented ARP failover"})
 	r.add(Result{Section: failoverSection, Name: "longest time nobody answered ARP for the VIP, max, " + name, Value: silence[len(silence)-1].Seconds(), Unit: "s",

@@ -41,6 +41,8 @@ type Rollout struct {
 	// establishedInterval on its own TCP connection; Broken says when and how each that did not survive broke.
 	Established int
 	Broken      []string
+	// HandedOver are the extension's HandedOver events meanwhile: released leases it took for a settled agent's node.
+	HandedOver []string
 }
 
 // Moves counts how often the lease went from one node to another.
@@ -93,6 +95,10 @@ func (c *Cluster) RollOut(ctx context.Context, exp *extensionsv1alpha1.SelfHoste
 		}
 		old[pod.UID] = true
 		c.disturb(n.Name)
+	}
+	events, err := c.handoverEvents(ctx, exp)
+	if err != nil {
+		return r, err
 	}
 	tlsConfig, err := c.vipTLSConfig()
 	if err != nil {
@@ -213,7 +219,13 @@ func (c *Cluster) RollOut(ctx context.Context, exp *extensionsv1alpha1.SelfHoste
 	if waitErr != nil {
 		return r, fmt.Errorf("the rollout did not complete: %w", waitErr)
 	}
-	return r, nil
+	now, err := c.handoverEvents(ctx, exp)
+	for name, e := range now {
+		if b, ok := events[name]; !ok || b.Count != e.Count {
+			r.HandedOver = append(r.HandedOver, e.Message)
+		}
+	}
+	return r, err
 }
 
 // vipTLSConfig is how the client verifies kube-apiserver through the VIP: under the shoot's external API name, with

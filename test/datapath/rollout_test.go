@@ -44,7 +44,13 @@ func TestVIPThroughRollingUpdate(t *testing.T) {
 			t.Errorf("ARP for the VIP was answered by %s, which is no control-plane node", a)
 		}
 	}
-	t.Logf("the agents rolled in %s; lease held by %s (%d moves); ARP answered by %v, nobody for at most %s; %d of %d new requests through the VIP failed: %s; %d of %d established connections broke: %s",
+	// Every kube-apiserver stays up: the extension may take only leases the stopping agents released.
+	for _, e := range r.HandedOver {
+		if !strings.Contains(e, "from nobody (released)") {
+			t.Errorf("HandedOver %q during the rollout, want only released leases taken", e)
+		}
+	}
+	t.Logf("the agents rolled in %s; lease held by %s (%d moves); ARP answered by %v, nobody for at most %s; %d of %d new requests through the VIP failed: %s; %d of %d established connections broke: %s; handed over: %s",
 		r.Took.Round(100*time.Millisecond), strings.Trim(fmt.Sprint(r.Holders), "[]"), r.Moves(), r.Answerers, r.ARPSilence.Round(50*time.Millisecond),
-		r.Failed, r.Attempts, strings.Join(r.Failures, "; "), len(r.Broken), r.Established, strings.Join(r.Broken, "; "))
+		r.Failed, r.Attempts, strings.Join(r.Failures, "; "), len(r.Broken), r.Established, strings.Join(r.Broken, "; "), strings.Join(r.HandedOver, "; "))
 }

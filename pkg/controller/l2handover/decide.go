@@ -1,5 +1,6 @@
 // Package l2handover hands Cilium's L2 announcement lease of an exposure's VIP to this replica's own control-plane
-// node when the node that holds it has lost its kube-apiserver, instead of waiting for the lease to expire.
+// node when the node that holds it has lost its kube-apiserver, instead of waiting for the lease to expire, and takes
+// a lease its holder released for this node when its agent's L2 responder answers, before a fresh agent takes it.
 //
 // The announcing agent reaches kube-apiserver only through its own node's kube-apiserver (localhost:443, the
 // webhook's pinning), so when that kube-apiserver stops, or the whole node dies, the agent can neither renew the lease
@@ -17,9 +18,11 @@
 //     retry periods and a margin was not renewed by a holder that can reach kube-apiserver.
 //   - The write is an Update on the resourceVersion that was read: it fails if the holder renewed in between.
 //   - The old holder learns of the handover only once it reaches kube-apiserver again. If it was blind until its
-//     RenewDeadline passed, its release (Get, then Update with an empty holder) can still clear the lease; the lease
-//     then goes to whichever agent tries first, the new holder included, whose kube-apiserver is up (see
-//     docs/operations.md).
+//     RenewDeadline passed, its release (Get, then Update with an empty holder and a duration of 1 s) can still clear
+//     the lease.
+//   - A released lease goes to whichever agent tries first, and an agent's first try comes as soon as it starts: in a
+//     rollout, often an agent whose L2 responder does not answer yet (AgentSettledAfter). So a released lease is taken
+//     for this node, when its agent has settled, within the window in which the agents try (see docs/operations.md).
 package l2handover
 
 import (
@@ -69,15 +72,53 @@ type Facts struct {
 	HolderProbed    bool
 	HolderAPIServer health.State
 	// SelfSelected: the exposure's L2 policy selects Self; SelfReady: Self's Node is Ready; AgentReady: Cilium's agent
-	// pod on Self is Ready (it campaigns for the lease).
+	// pod on Self is Ready (it campaigns for the lease), since AgentReadyFor.
 	SelfSelected, SelfReady, AgentReady bool
+	AgentReadyFor                       time.Duration
 }
 
-// Decide says whether to hand the lease to Self now and why (or why not).
+// AgentSettledAfter is how long Cilium's agent pod must have been Ready before a released lease is taken for its node.
+// The agent reports Ready before its L2 responder can answer: the l2-responder reconciler and the liveness writer are
+// among its last start hooks (daemon/cmd/cells.go lists the control plane, the L2 announcer included, before the
+// datapath cells), the liveness is first written a second after its hook, and the BPF responder answers only for
+// entries the reconciler wrote while the liveness is younger than the lease duration (bpf/lib/l2_responder.h). An
+// agent that has just started tries for a lease at once, so it tends to win a released one in that window, and the VIP
+// goes unanswered for seconds (docs/operations.md, "Cilium rolls").
+const AgentSettledAfter = 10 * time.Second
+
+// Decide says whether to hand the lease to Self now and why (or why not): when its holder failed, or when it was
+// released (Holder "") so recently that the agents are still to try for it.
 func Decide(f Facts) (bool, string) {
+	if f.Holder == "" {
+		return decideReleased(f)
+	}
 	if failed, why := HolderFailed(f); !failed {
 		return false, why
 	}
+	if ok, why := eligible(f); !ok {
+		return false, why
+	}
+	return true, fmt.Sprintf("the kube-apiserver of the holder %s is not ready (%s) and the lease was not renewed for %s", f.Holder, f.HolderAPIServer.Reason, f.Unrenewed.Round(time.Millisecond))
+}
+
+// decideReleased takes a lease that an agent released (Cilium's l2announcer sets ReleaseOnCancel: an agent that stops,
+// as in every rollout, empties the holder) for Self when its agent has settled, before a fresh agent takes it. After
+// UnrenewedAfter every campaigning agent has tried: a lease still empty then is none of the handover's business.
+func decideReleased(f Facts) (bool, string) {
+	if f.Unrenewed >= f.Timings.UnrenewedAfter() {
+		return false, fmt.Sprintf("the lease has had no holder for %s: every campaigning agent has tried for it", f.Unrenewed.Round(time.Millisecond))
+	}
+	if ok, why := eligible(f); !ok {
+		return false, why
+	}
+	if f.AgentReadyFor < AgentSettledAfter {
+		return false, fmt.Sprintf("the lease was released, but Cilium's agent on %s has been ready for only %s: its L2 responder may not answer yet", f.Self, f.AgentReadyFor.Round(time.Millisecond))
+	}
+	return true, fmt.Sprintf("the lease was released %s ago and Cilium's agent on %s has been ready for %s", f.Unrenewed.Round(time.Millisecond), f.Self, f.AgentReadyFor.Round(time.Second))
+}
+
+// eligible says whether the lease may go to Self: the policy selects it, and it and its agent are ready.
+func eligible(f Facts) (bool, string) {
 	switch {
 	case !f.SelfSelected:
 		return false, fmt.Sprintf("the exposure's L2 policy does not select %s", f.Self)
@@ -86,7 +127,7 @@ func Decide(f Facts) (bool, string) {
 	case !f.AgentReady:
 		return false, fmt.Sprintf("Cilium's agent on %s is not ready", f.Self)
 	}
-	return true, fmt.Sprintf("the kube-apiserver of the holder %s is not ready (%s) and the lease was not renewed for %s", f.Holder, f.HolderAPIServer.Reason, f.Unrenewed.Round(time.Millisecond))
+	return true, ""
 }
 
 // HolderFailed says whether another node holds the lease that neither renews it nor has a ready kube-apiserver, from

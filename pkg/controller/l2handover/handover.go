@@ -3,6 +3,7 @@ package l2handover
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -69,8 +70,10 @@ type Handover struct {
 	mu sync.Mutex
 	// seen is, by lease, the resourceVersion last seen and when it was first seen.
 	seen map[types.NamespacedName]sighting
-	// handed are the leases this replica handed to its node, until its agent renews them or the handover is undone.
+	// handed are the leases this replica handed to its node, until its agent renews them or the handover is undone;
+	// undone when it last undid a handover of each, after which it takes no released lease for a lease duration.
 	handed  map[types.NamespacedName]handing
+	undone  map[types.NamespacedName]time.Time
 	timings Timings
 	readAt  time.Time
 }
@@ -116,7 +119,7 @@ func (h *Handover) step(ctx context.Context) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.seen == nil {
-		h.seen, h.handed = map[types.NamespacedName]sighting{}, map[types.NamespacedName]handing{}
+		h.seen, h.handed, h.undone = map[types.NamespacedName]sighting{}, map[types.NamespacedName]handing{}, map[types.NamespacedName]time.Time{}
 	}
 	now := h.Clock.Now()
 	live := map[types.NamespacedName]bool{}
@@ -135,6 +138,7 @@ func (h *Handover) step(ctx context.Context) {
 		if !live[key] {
 			delete(h.seen, key)
 			delete(h.handed, key)
+			delete(h.undone, key)
 			h.Probes.Untrack(key)
 		}
 	}
@@ -160,34 +164,41 @@ func (h *Handover) look(ctx context.Context, exp *extensionsv1alpha1.SelfHostedS
 	if handed, ok := h.handed[key]; ok {
 		return h.acknowledge(ctx, key, lease, handed, now)
 	}
-	if holder == "" || holder == h.Node {
+	if holder == h.Node {
 		h.Probes.Untrack(key)
 		return nil
-	}
-	address, err := h.endpointOf(ctx, exp, holder)
-	if err != nil {
-		return err
-	}
-	if address == "" {
-		h.Probes.Untrack(key)
-	} else {
-		h.Probes.Track(key, []string{address})
 	}
 	timings, err := h.leaseTimings(ctx, now)
 	if err != nil {
 		return err
 	}
-	facts := Facts{Self: h.Node, Holder: holder, Unrenewed: unrenewed, Timings: timings, HolderProbed: address != ""}
-	if facts.HolderProbed {
-		facts.HolderAPIServer = h.Probes.State(address)
+	facts := Facts{Self: h.Node, Holder: holder, Unrenewed: unrenewed, Timings: timings}
+	// This node's own state is read only once the lease is the handover's business: it takes a read from
+	// kube-apiserver.
+	if holder == "" {
+		h.Probes.Untrack(key)
+		if unrenewed >= timings.UnrenewedAfter() || now.Sub(h.undone[key]) < timings.Duration {
+			return nil
+		}
+	} else {
+		address, err := h.endpointOf(ctx, exp, holder)
+		if err != nil {
+			return err
+		}
+		if address == "" {
+			h.Probes.Untrack(key)
+		} else {
+			h.Probes.Track(key, []string{address})
+			facts.HolderProbed, facts.HolderAPIServer = true, h.Probes.State(address)
+		}
+		if failed, _ := HolderFailed(facts); !failed {
+			return nil
+		}
 	}
-	// This node's own state is read only once the holder failed: it takes a read from kube-apiserver.
-	if failed, _ := HolderFailed(facts); !failed {
-		return nil
-	}
-	if facts.SelfSelected, facts.SelfReady, facts.AgentReady, err = h.candidate(ctx, exp); err != nil {
+	if facts.SelfSelected, facts.SelfReady, facts.AgentReadyFor, err = h.candidate(ctx, exp, now); err != nil {
 		return err
 	}
+	facts.AgentReady = facts.AgentReadyFor > 0
 	ok, why := Decide(facts)
 	if !ok {
 		h.Log.V(1).Info("Not handing the L2 announcement lease over", "lease", key, "reason", why)
@@ -204,6 +215,14 @@ func (h *Handover) handOver(ctx context.Context, exp *extensionsv1alpha1.SelfHos
 	updated.Spec.HolderIdentity = ptr.To(h.Node)
 	updated.Spec.AcquireTime, updated.Spec.RenewTime = &at, &at
 	updated.Spec.LeaseTransitions = ptr.To(ptr.Deref(lease.Spec.LeaseTransitions, 0) + 1)
+	if from == "" {
+		// A release leaves a duration of 1 s, after which every agent would take the lease before this node's renews.
+		timings, err := h.leaseTimings(ctx, now)
+		if err != nil {
+			return err
+		}
+		updated.Spec.LeaseDurationSeconds = ptr.To(releasedLeaseSeconds(timings))
+	}
 	if err := h.write(ctx, updated); err != nil {
 		if apierrors.IsConflict(err) {
 			// Renewed after all, or another replica handed it to its node first.
@@ -217,8 +236,21 @@ func (h *Handover) handOver(ctx context.Context, exp *extensionsv1alpha1.SelfHos
 	h.seen[key] = sighting{resourceVersion: updated.ResourceVersion, at: now}
 	countHandover(resultHandedOver)
 	h.Log.Info("Handed the L2 announcement lease to this node", "lease", key, "from", from, "to", h.Node, "reason", why)
+	if from == "" {
+		from = "nobody (released)"
+	}
 	h.Recorder.Eventf(exp, corev1.EventTypeNormal, EventHandedOver, "Handed the L2 announcement of the VIP from %s to %s: %s", from, h.Node, why)
 	return nil
+}
+
+// maxReleasedLeaseSeconds bounds the duration a released lease is taken for: Cilium's default lease duration, which the
+// extension's admission policy (confine-lease-writes) allows when the holder was empty.
+const maxReleasedLeaseSeconds = 15
+
+// releasedLeaseSeconds is the duration a released lease is taken for: the agents' own, at most
+// maxReleasedLeaseSeconds. The agent renews with its own at its next try.
+func releasedLeaseSeconds(t Timings) int32 {
+	return int32(min(max(math.Ceil(t.Duration.Seconds()), 1), maxReleasedLeaseSeconds))
 }
 
 // acknowledge waits for this node's agent to renew a lease handed to it, and undoes the handover when it does not in
@@ -252,6 +284,7 @@ func (h *Handover) acknowledge(ctx context.Context, key types.NamespacedName, le
 		return fmt.Errorf("undoing the handover of lease %s: %w", key, err)
 	}
 	delete(h.handed, key)
+	h.undone[key] = now
 	countHandover(resultUndone)
 	h.Log.Info("This node's agent did not renew the L2 announcement lease handed to it; cleared it for every agent", "lease", key, "within", handed.deadline.Sub(handed.at))
 	h.Recorder.Eventf(handed.exposure, corev1.EventTypeWarning, EventHandoverUndone,
@@ -288,31 +321,44 @@ func (h *Handover) endpointOf(ctx context.Context, exp *extensionsv1alpha1.SelfH
 	return "", nil
 }
 
-// candidate says whether the exposure's L2 policy selects this node, the node is Ready and Cilium's agent on it is.
-func (h *Handover) candidate(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) (selected, ready, agentReady bool, err error) {
+// candidate says whether the exposure's L2 policy selects this node and the node is Ready, and how long Cilium's agent
+// on it has been Ready (0: it is not).
+func (h *Handover) candidate(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, now time.Time) (selected, ready bool, agentReadyFor time.Duration, err error) {
 	node := &corev1.Node{}
 	if err := h.Cache.Get(ctx, client.ObjectKey{Name: h.Node}, node); err != nil {
-		return false, false, false, fmt.Errorf("reading this node %s: %w", h.Node, err)
+		return false, false, 0, fmt.Errorf("reading this node %s: %w", h.Node, err)
 	}
 	policy := &ciliumv2alpha1.CiliumL2AnnouncementPolicy{}
 	if err := h.Reader.Get(ctx, client.ObjectKey{Name: resources.ClusterScopedName(exp.Namespace, exp.Name)}, policy); err != nil {
-		return false, false, false, fmt.Errorf("reading the exposure's L2 policy: %w", err)
+		return false, false, 0, fmt.Errorf("reading the exposure's L2 policy: %w", err)
 	}
 	selector, err := slimv1.LabelSelectorAsSelector(policy.Spec.NodeSelector)
 	if err != nil {
-		return false, false, false, err
+		return false, false, 0, err
 	}
 	pods := &corev1.PodList{}
 	if err := h.Cache.List(ctx, pods, client.InNamespace(cilium.Namespace), client.MatchingLabels{cilium.LabelKeyApp: cilium.LabelValueAgent}); err != nil {
-		return false, false, false, err
+		return false, false, 0, err
 	}
 	for i := range pods.Items {
-		p := &pods.Items[i]
-		if p.Spec.NodeName == h.Node && p.DeletionTimestamp == nil && health.IsPodReady(p) {
-			agentReady = true
+		if p := &pods.Items[i]; p.Spec.NodeName == h.Node && p.DeletionTimestamp == nil {
+			agentReadyFor = max(agentReadyFor, readyFor(p, now))
 		}
 	}
-	return selector.Matches(labels.Set(node.Labels)), apiserverendpoints.IsReady(node), agentReady, nil
+	return selector.Matches(labels.Set(node.Labels)), apiserverendpoints.IsReady(node), agentReadyFor, nil
+}
+
+// readyFor is how long pod has been Ready at now, 0 when it is not; at least a nanosecond when it is.
+func readyFor(pod *corev1.Pod, now time.Time) time.Duration {
+	if !health.IsPodReady(pod) {
+		return 0
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return max(now.Sub(c.LastTransitionTime.Time), time.Nanosecond)
+		}
+	}
+	return time.Nanosecond
 }
 
 // leaseTimings are the agents' lease timings from cilium-config, read at most every timingsMaxAge.

@@ -33,21 +33,26 @@ var fastLease = Timings{Duration: 5 * time.Second, RenewDeadline: 3 * time.Secon
 func TestDecide(t *testing.T) {
 	down := exposurehealth.State{Ready: false, Reason: "connection refused"}
 	failed := Facts{Self: "cp-1", Holder: "cp-0", Unrenewed: 1300 * time.Millisecond, Timings: fastLease, HolderProbed: true, HolderAPIServer: down,
-		SelfSelected: true, SelfReady: true, AgentReady: true}
+		SelfSelected: true, SelfReady: true, AgentReady: true, AgentReadyFor: time.Minute}
+	released := func(f *Facts) { f.Holder, f.Unrenewed = "", 200*time.Millisecond }
 	for name, tc := range map[string]struct {
 		change func(*Facts)
 		want   bool
 		why    string
 	}{
-		"holder failed, this node ready": {func(*Facts) {}, true, "the kube-apiserver of the holder cp-0 is not ready (connection refused) and the lease was not renewed for 1.3s"},
-		"no holder":                      {func(f *Facts) { f.Holder = "" }, false, "the lease has no holder"},
-		"this node holds it":             {func(f *Facts) { f.Holder = "cp-1" }, false, "this node holds the lease"},
-		"holder no endpoint":             {func(f *Facts) { f.HolderProbed = false }, false, "the holder cp-0 is no endpoint"},
-		"holder's kube-apiserver ready":  {func(f *Facts) { f.HolderAPIServer = exposurehealth.State{Ready: true} }, false, "is ready: its agent can renew"},
-		"renewed within two retries":     {func(f *Facts) { f.Unrenewed = 1200 * time.Millisecond }, false, "renewed 1.2s ago, within 1.25s"},
-		"not selected":                   {func(f *Facts) { f.SelfSelected = false }, false, "does not select cp-1"},
-		"node not ready":                 {func(f *Facts) { f.SelfReady = false }, false, "node cp-1 is not Ready"},
-		"agent not ready":                {func(f *Facts) { f.AgentReady = false }, false, "agent on cp-1 is not ready"},
+		"holder failed, this node ready":  {func(*Facts) {}, true, "the kube-apiserver of the holder cp-0 is not ready (connection refused) and the lease was not renewed for 1.3s"},
+		"no holder for two retry periods": {func(f *Facts) { f.Holder = "" }, false, "the lease has had no holder for 1.3s"},
+		"just released, agent settled":    {released, true, "the lease was released 200ms ago and Cilium's agent on cp-1 has been ready for 1m0s"},
+		"just released, agent fresh": {func(f *Facts) { released(f); f.AgentReadyFor = 3 * time.Second }, false,
+			"agent on cp-1 has been ready for only 3s: its L2 responder may not answer yet"},
+		"just released, not selected":   {func(f *Facts) { released(f); f.SelfSelected = false }, false, "does not select cp-1"},
+		"this node holds it":            {func(f *Facts) { f.Holder = "cp-1" }, false, "this node holds the lease"},
+		"holder no endpoint":            {func(f *Facts) { f.HolderProbed = false }, false, "the holder cp-0 is no endpoint"},
+		"holder's kube-apiserver ready": {func(f *Facts) { f.HolderAPIServer = exposurehealth.State{Ready: true} }, false, "is ready: its agent can renew"},
+		"renewed within two retries":    {func(f *Facts) { f.Unrenewed = 1200 * time.Millisecond }, false, "renewed 1.2s ago, within 1.25s"},
+		"not selected":                  {func(f *Facts) { f.SelfSelected = false }, false, "does not select cp-1"},
+		"node not ready":                {func(f *Facts) { f.SelfReady = false }, false, "node cp-1 is not Ready"},
+		"agent not ready":               {func(f *Facts) { f.AgentReady = false }, false, "agent on cp-1 is not ready"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := failed
@@ -67,6 +72,11 @@ func TestTimings(t *testing.T) {
 	// client-go's acquire retries within (1 + JitterFactor 1.2) retry periods.
 	if got := fastLease.AcknowledgeWithin(); got != 1600*time.Millisecond {
 		t.Errorf("AcknowledgeWithin = %s, want 2.2 retry periods and 500ms", got)
+	}
+	for d, want := range map[time.Duration]int32{5 * time.Second: 5, 15 * time.Second: 15, time.Minute: 15, 500 * time.Millisecond: 1, 4500 * time.Millisecond: 5} {
+		if got := releasedLeaseSeconds(Timings{Duration: d}); got != want {
+			t.Errorf("a released lease taken for %d s with a lease duration of %s, want %d", got, d, want)
+		}
 	}
 	got, err := TimingsOf(map[string]string{ciliumconfig.KeyL2LeaseRetryPeriod: "500ms"})
 	if err != nil || got != (Timings{Duration: 15 * time.Second, RenewDeadline: 5 * time.Second, RetryPeriod: 500 * time.Millisecond}) {
@@ -289,6 +299,80 @@ func TestHandoverUndoneWithoutRenewal(t *testing.T) {
 	}
 	if e := w.event(t); !strings.Contains(e, EventHandoverUndone) || !strings.Contains(e, "cp-1 did not renew") {
 		t.Errorf("event %q, want %s", e, EventHandoverUndone)
+	}
+}
+
+// release empties the lease's holder as client-go's release on a graceful stop does.
+func (w *world) release(t *testing.T) {
+	t.Helper()
+	l := w.get(t)
+	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds = ptr.To(""), ptr.To[int32](1)
+	l.Spec.RenewTime = &metav1.MicroTime{Time: w.clock.Now()}
+	if err := w.c.Update(context.Background(), l); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// agentReadySince sets the Ready condition of the agent pod on cp-1 as kubelet does when the agent starts.
+func (w *world) agentReadySince(t *testing.T, since time.Time) {
+	t.Helper()
+	p := &corev1.Pod{}
+	if err := w.c.Get(context.Background(), client.ObjectKey{Namespace: cilium.Namespace, Name: "cilium-cp-1"}, p); err != nil {
+		t.Fatal(err)
+	}
+	p.Status.Conditions[0].LastTransitionTime = metav1.NewTime(since)
+	if err := w.c.Status().Update(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTakesAReleasedLease: a lease its holder released (an agent stopping in a rollout) goes to this node at once when
+// its agent has settled, so that an agent that has just started, whose L2 responder does not answer yet, does not take
+// it; not when this node's agent is fresh itself, nor once the agents had their tries.
+func TestTakesAReleasedLease(t *testing.T) {
+	for name, tc := range map[string]struct {
+		readyFor time.Duration
+		want     string
+	}{
+		"agent settled": {time.Minute, "cp-1"},
+		"agent fresh":   {AgentSettledAfter - 3*time.Second, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			w := newWorld(t)
+			w.agentReadySince(t, w.clock.Now().Add(-tc.readyFor))
+			w.h.step(context.Background())
+			w.release(t)
+			// This node's agent renews what it holds; after this, the agents have had their tries.
+			w.after(2*fastLease.UnrenewedAfter(), func() {
+				if w.holder(t) == "cp-1" {
+					w.renew(t, "cp-1")
+				}
+			})
+			if h := w.holder(t); h != tc.want {
+				t.Fatalf("holder %q, want %q", h, tc.want)
+			}
+			if e := w.event(t); (e != "") != (tc.want != "") || (e != "" && !strings.Contains(e, "from nobody (released) to cp-1")) {
+				t.Errorf("event %q", e)
+			}
+			if d := ptr.Deref(w.get(t).Spec.LeaseDurationSeconds, 0); tc.want != "" && d != 5 {
+				t.Errorf("the lease taken for %d s, want the agents' 5 s: the release's 1 s would let every agent take it first", d)
+			}
+		})
+	}
+}
+
+// TestNoReleasedLeaseRightAfterAnUndo: a handover this replica undid empties the lease; it does not take it again for
+// its node within a lease duration, which would hand it back and forth to an agent that does not renew.
+func TestNoReleasedLeaseRightAfterAnUndo(t *testing.T) {
+	w := newWorld(t)
+	w.probes.states["10.0.1.10:443"] = exposurehealth.State{Reason: "refused"}
+	w.after(fastLease.UnrenewedAfter()+fastLease.AcknowledgeWithin()+2*tick, nil)
+	if e1, e2 := w.event(t), w.event(t); !strings.Contains(e2, EventHandoverUndone) {
+		t.Fatalf("events %q, %q; want a handover undone", e1, e2)
+	}
+	w.after(fastLease.Duration-tick, nil)
+	if h := w.holder(t); h != "" {
+		t.Errorf("holder %q after the undo, want the lease left to the agents", h)
 	}
 }
 

@@ -74,6 +74,12 @@ func TestExtensionHandsLeasesOnlyToItsNode(t *testing.T) {
 		{"clear it as client-go's release does", onCP1, announcement, func(l *coordinationv1.Lease) {
 			l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds = ptr.To(""), ptr.To[int32](1)
 		}, ""},
+		{"take the released lease for an hour", onCP1, announcement, func(l *coordinationv1.Lease) {
+			l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds = ptr.To("cp-1"), ptr.To[int32](3600)
+		}, "spec.leaseDurationSeconds"},
+		{"take the released lease for the exposure's 5 s", onCP1, announcement, func(l *coordinationv1.Lease) {
+			l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds = ptr.To("cp-1"), ptr.To[int32](5)
+		}, ""},
 		{"hand it to another node", onCP1, announcement, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("cp-2") }, "only to the node of its own pod, cp-1, not cp-2"},
 		{"keep it for an hour", onCP1, announcement, func(l *coordinationv1.Lease) {
 			l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds = ptr.To("cp-1"), ptr.To[int32](3600)
