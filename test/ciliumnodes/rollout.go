@@ -30,9 +30,9 @@ type Rollout struct {
 	// Holders are the lease holders in the order they held it ("" while nobody held it).
 	Holders []Held
 	// Answerers are the nodes (or MAC addresses) that answered ARP for the VIP; ARPSilence is the longest time in
-	// which nobody answered.
-	Answerers  []string
-	ARPSilence time.Duration
+	// which nobody answered, from ARPSilenceFrom on.
+	Answerers                  []string
+	ARPSilence, ARPSilenceFrom time.Duration
 	// Attempts and Failed count the new HTTPS requests through the VIP, one every httpsInterval; Failures say when and
 	// how they failed.
 	Attempts, Failed int
@@ -141,7 +141,9 @@ func (c *Cluster) RollOut(ctx context.Context, exp *extensionsv1alpha1.SelfHoste
 		last := time.Now()
 		_ = arpAnswers(observe, c.Client, fixtures.ExposureVIP, func(mac string, at time.Time) bool {
 			record(func() {
-				r.ARPSilence = max(r.ARPSilence, at.Sub(last))
+				if silence := at.Sub(last); silence > r.ARPSilence {
+					r.ARPSilence, r.ARPSilenceFrom = silence, last.Sub(start).Round(50*time.Millisecond)
+				}
 				if !slices.Contains(r.Answerers, mac) {
 					r.Answerers = append(r.Answerers, mac)
 				}

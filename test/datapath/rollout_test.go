@@ -50,7 +50,7 @@ func TestVIPThroughRollingUpdate(t *testing.T) {
 			t.Errorf("HandedOver %q during the rollout, want only released leases taken", e)
 		}
 	}
-	t.Logf("the agents rolled in %s; lease held by %s (%d moves); ARP answered by %v, nobody for at most %s; %d of %d new requests through the VIP failed: %s; %d of %d established connections broke: %s; handed over: %s",
-		r.Took.Round(100*time.Millisecond), strings.Trim(fmt.Sprint(r.Holders), "[]"), r.Moves(), r.Answerers, r.ARPSilence.Round(50*time.Millisecond),
+	t.Logf("the agents rolled in %s; lease held by %s (%d moves); ARP answered by %v, nobody for at most %s (from %s on); %d of %d new requests through the VIP failed: %s; %d of %d established connections broke: %s; handed over: %s",
+		r.Took.Round(100*time.Millisecond), strings.Trim(fmt.Sprint(r.Holders), "[]"), r.Moves(), r.Answerers, r.ARPSilence.Round(50*time.Millisecond), r.ARPSilenceFrom,
 		r.Failed, r.Attempts, strings.Join(r.Failures, "; "), len(r.Broken), r.Established, strings.Join(r.Broken, "; "), strings.Join(r.HandedOver, "; "))
 }
