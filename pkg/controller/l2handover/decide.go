@@ -75,6 +75,9 @@ type Facts struct {
 	// pod on Self is Ready (it campaigns for the lease), since AgentReadyFor.
 	SelfSelected, SelfReady, AgentReady bool
 	AgentReadyFor                       time.Duration
+	// AgentOutdated: the agent pod on Self comes from an older template of its DaemonSet than another agent pod (a
+	// rollout is under way and will restart it).
+	AgentOutdated bool
 }
 
 // AgentSettledAfter is how long Cilium's agent pod must have been Ready before a released lease is taken for its node.
@@ -111,8 +114,11 @@ func decideReleased(f Facts) (bool, string) {
 	if ok, why := eligible(f); !ok {
 		return false, why
 	}
-	if f.AgentReadyFor < AgentSettledAfter {
+	switch {
+	case f.AgentReadyFor < AgentSettledAfter:
 		return false, fmt.Sprintf("the lease was released, but Cilium's agent on %s has been ready for only %s: its L2 responder may not answer yet", f.Self, f.AgentReadyFor.Round(time.Millisecond))
+	case f.AgentOutdated:
+		return false, fmt.Sprintf("the lease was released, but Cilium's agent on %s runs an older pod template than others: the rollout under way will restart it", f.Self)
 	}
 	return true, fmt.Sprintf("the lease was released %s ago and Cilium's agent on %s has been ready for %s", f.Unrenewed.Round(time.Millisecond), f.Self, f.AgentReadyFor.Round(time.Second))
 }

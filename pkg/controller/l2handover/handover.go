@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +15,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	extensionsv1beta1 "k8s.io/api/extensions/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -195,7 +197,7 @@ func (h *Handover) look(ctx context.Context, exp *extensionsv1alpha1.SelfHostedS
 			return nil
 		}
 	}
-	if facts.SelfSelected, facts.SelfReady, facts.AgentReadyFor, err = h.candidate(ctx, exp, now); err != nil {
+	if facts.SelfSelected, facts.SelfReady, facts.AgentReadyFor, facts.AgentOutdated, err = h.candidate(ctx, exp, now); err != nil {
 		return err
 	}
 	facts.AgentReady = facts.AgentReadyFor > 0
@@ -321,31 +323,42 @@ func (h *Handover) endpointOf(ctx context.Context, exp *extensionsv1alpha1.SelfH
 	return "", nil
 }
 
-// candidate says whether the exposure's L2 policy selects this node and the node is Ready, and how long Cilium's agent
-// on it has been Ready (0: it is not).
-func (h *Handover) candidate(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, now time.Time) (selected, ready bool, agentReadyFor time.Duration, err error) {
+// candidate says whether the exposure's L2 policy selects this node and the node is Ready, how long Cilium's agent on
+// it has been Ready (0: it is not), and whether its pod comes from an older template than another agent pod.
+func (h *Handover) candidate(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, now time.Time) (selected, ready bool, agentReadyFor time.Duration, agentOutdated bool, err error) {
 	node := &corev1.Node{}
 	if err := h.Cache.Get(ctx, client.ObjectKey{Name: h.Node}, node); err != nil {
-		return false, false, 0, fmt.Errorf("reading this node %s: %w", h.Node, err)
+		return false, false, 0, false, fmt.Errorf("reading this node %s: %w", h.Node, err)
 	}
 	policy := &ciliumv2alpha1.CiliumL2AnnouncementPolicy{}
 	if err := h.Reader.Get(ctx, client.ObjectKey{Name: resources.ClusterScopedName(exp.Namespace, exp.Name)}, policy); err != nil {
-		return false, false, 0, fmt.Errorf("reading the exposure's L2 policy: %w", err)
+		return false, false, 0, false, fmt.Errorf("reading the exposure's L2 policy: %w", err)
 	}
 	selector, err := slimv1.LabelSelectorAsSelector(policy.Spec.NodeSelector)
 	if err != nil {
-		return false, false, 0, err
+		return false, false, 0, false, err
 	}
 	pods := &corev1.PodList{}
 	if err := h.Cache.List(ctx, pods, client.InNamespace(cilium.Namespace), client.MatchingLabels{cilium.LabelKeyApp: cilium.LabelValueAgent}); err != nil {
-		return false, false, 0, err
+		return false, false, 0, false, err
 	}
+	var own, newest int64
 	for i := range pods.Items {
-		if p := &pods.Items[i]; p.Spec.NodeName == h.Node && p.DeletionTimestamp == nil {
-			agentReadyFor = max(agentReadyFor, readyFor(p, now))
+		p := &pods.Items[i]
+		generation := templateGeneration(p)
+		newest = max(newest, generation)
+		if p.Spec.NodeName == h.Node && p.DeletionTimestamp == nil {
+			agentReadyFor, own = max(agentReadyFor, readyFor(p, now)), max(own, generation)
 		}
 	}
-	return selector.Matches(labels.Set(node.Labels)), apiserverendpoints.IsReady(node), agentReadyFor, nil
+	return selector.Matches(labels.Set(node.Labels)), apiserverendpoints.IsReady(node), agentReadyFor, own < newest, nil
+}
+
+// templateGeneration is the generation of its DaemonSet's template that a pod was made from: the label Kubernetes'
+// DaemonSet controller sets (pkg/controller/daemon/util CreatePodTemplate), 0 without one.
+func templateGeneration(pod *corev1.Pod) int64 {
+	generation, _ := strconv.ParseInt(pod.Labels[extensionsv1beta1.DaemonSetTemplateGenerationKey], 10, 64)
+	return generation
 }
 
 // readyFor is how long pod has been Ready at now, 0 when it is not; at least a nanosecond when it is.

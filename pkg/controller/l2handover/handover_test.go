@@ -45,7 +45,9 @@ func TestDecide(t *testing.T) {
 		"just released, agent settled":    {released, true, "the lease was released 200ms ago and Cilium's agent on cp-1 has been ready for 1m0s"},
 		"just released, agent fresh": {func(f *Facts) { released(f); f.AgentReadyFor = 3 * time.Second }, false,
 			"agent on cp-1 has been ready for only 3s: its L2 responder may not answer yet"},
-		"just released, not selected":   {func(f *Facts) { released(f); f.SelfSelected = false }, false, "does not select cp-1"},
+		"just released, not selected": {func(f *Facts) { released(f); f.SelfSelected = false }, false, "does not select cp-1"},
+		"just released, agent outdated": {func(f *Facts) { released(f); f.AgentOutdated = true }, false,
+			"runs an older pod template than others: the rollout under way will restart it"},
 		"this node holds it":            {func(f *Facts) { f.Holder = "cp-1" }, false, "this node holds the lease"},
 		"holder no endpoint":            {func(f *Facts) { f.HolderProbed = false }, false, "the holder cp-0 is no endpoint"},
 		"holder's kube-apiserver ready": {func(f *Facts) { f.HolderAPIServer = exposurehealth.State{Ready: true} }, false, "is ready: its agent can renew"},
@@ -332,13 +334,26 @@ func (w *world) agentReadySince(t *testing.T, since time.Time) {
 func TestTakesAReleasedLease(t *testing.T) {
 	for name, tc := range map[string]struct {
 		readyFor time.Duration
-		want     string
+		// generations of the agent pods' template on cp-0 and cp-1, as the DaemonSet controller labels them
+		generations [2]string
+		want        string
 	}{
-		"agent settled": {time.Minute, "cp-1"},
-		"agent fresh":   {AgentSettledAfter - 3*time.Second, ""},
+		"agent settled":                       {time.Minute, [2]string{"3", "3"}, "cp-1"},
+		"agent fresh":                         {AgentSettledAfter - 3*time.Second, [2]string{"3", "3"}, ""},
+		"agent settled, but yet to be rolled": {time.Minute, [2]string{"4", "3"}, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			w := newWorld(t)
+			for i, node := range []string{"cp-0", "cp-1"} {
+				p := &corev1.Pod{}
+				if err := w.c.Get(context.Background(), client.ObjectKey{Namespace: cilium.Namespace, Name: "cilium-" + node}, p); err != nil {
+					t.Fatal(err)
+				}
+				p.Labels["pod-template-generation"] = tc.generations[i]
+				if err := w.c.Update(context.Background(), p); err != nil {
+					t.Fatal(err)
+				}
+			}
 			w.agentReadySince(t, w.clock.Now().Add(-tc.readyFor))
 			w.h.step(context.Background())
 			w.release(t)
