@@ -345,7 +345,7 @@ func (c *Cluster) FailOver(ctx context.Context, exp *extensionsv1alpha1.SelfHost
 	if f.To, err = c.WaitForLeaseHolder(ctx, exp, f.From); err != nil {
 		return f, err
 	}
-	if f.HandedOver, err = c.newHandoverEvent(ctx, exp, events); err != nil {
+	if f.HandedOver, err = c.newHandoverEvent(ctx, exp, events, f.From); err != nil {
 		return f, err
 	}
 	versions := stopTimeline()
@@ -405,8 +405,10 @@ func (c *Cluster) handoverEvents(ctx context.Context, exp *extensionsv1alpha1.Se
 }
 
 // newHandoverEvent is the message of a HandedOver event on the exposure that is not among before (or was counted
-// again since), "" when there is none. The recorder writes events asynchronously: it is waited for a little.
-func (c *Cluster) newHandoverEvent(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, before map[string]corev1.Event) (string, error) {
+// again since), the one of a handover from holder if there is one, "" when there is none. After a failover the lease
+// may be handed more than once (a handover undone, a lease its new holder released taken again). The recorder writes
+// events asynchronously: it is waited for a little.
+func (c *Cluster) newHandoverEvent(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, before map[string]corev1.Event, holder string) (string, error) {
 	var message string
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
 		now, err := c.handoverEvents(ctx, exp)
@@ -416,13 +418,15 @@ func (c *Cluster) newHandoverEvent(ctx context.Context, exp *extensionsv1alpha1.
 		for name, e := range now {
 			if b, ok := before[name]; !ok || b.Count != e.Count {
 				message = e.Message
-				return true, nil
+				if strings.Contains(e.Message, "from "+holder+" to ") {
+					return true, nil
+				}
 			}
 		}
 		return false, nil
 	})
 	if wait.Interrupted(err) {
-		return "", nil
+		return message, nil
 	}
 	return message, err
 }
