@@ -249,7 +249,7 @@ func rollingUpdates(ctx context.Context, r *report, cluster *ciliumnodes.Cluster
 		Baseline: kubeVIPFailover.Seconds(), BaselineName: "kube-vip's documented ARP failover"})
 	r.add(Result{Section: failoverSection, Name: "longest time nobody answered ARP for the VIP, max, " + name, Value: silence[len(silence)-1].Seconds(), Unit: "s",
 		Baseline: kubeVIPFailover.Seconds(), BaselineName: "kube-vip's documented ARP failover"})
-	r.add(Result{Section: failoverSection, Name: "new connections through the VIP failing, " + name, Value: 100 * float64(failed) / float64(max(attempts, 1)), Unit: "%",
+	r.add(Result{Section: failoverSection, Name: "new connections through the VIP failing, " + name, Value: float64(failed), Unit: "count",
 		Baseline: float64(attempts), BaselineName: "attempts"})
 	r.add(Result{Section: failoverSection, Name: fmt.Sprintf("established connections through the VIP broken, %s, %d lease moves", name, moves), Value: float64(broken), Unit: "count",
 		Baseline: float64(runs * establishedThroughRollout), BaselineName: "connections open"})

@@ -71,10 +71,10 @@ type Facts struct {
 	// HolderAPIServer is what the probes say of it.
 	HolderProbed    bool
 	HolderAPIServer health.State
-	// SelfSelected: the exposure's L2 policy selects Self; SelfReady: Self's Node is Ready; AgentReady: Cilium's agent
-	// pod on Self is Ready (it campaigns for the lease), since AgentReadyFor.
-	SelfSelected, SelfReady, AgentReady bool
-	AgentReadyFor                       time.Duration
+	// SelfSelected: the exposure's L2 policy selects Self; SelfReady: Self's Node is Ready.
+	SelfSelected, SelfReady bool
+	// AgentReadyFor is how long Cilium's agent pod on Self has been Ready (it campaigns for the lease); 0: not Ready.
+	AgentReadyFor time.Duration
 	// AgentOutdated: the agent pod on Self comes from an older template of its DaemonSet than another agent pod (a
 	// rollout is under way and will restart it).
 	AgentOutdated bool
@@ -130,7 +130,7 @@ func eligible(f Facts) (bool, string) {
 		return false, fmt.Sprintf("the exposure's L2 policy does not select %s", f.Self)
 	case !f.SelfReady:
 		return false, fmt.Sprintf("node %s is not Ready", f.Self)
-	case !f.AgentReady:
+	case f.AgentReadyFor <= 0:
 		return false, fmt.Sprintf("Cilium's agent on %s is not ready", f.Self)
 	}
 	return true, ""

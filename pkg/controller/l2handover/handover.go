@@ -200,17 +200,16 @@ func (h *Handover) look(ctx context.Context, exp *extensionsv1alpha1.SelfHostedS
 	if facts.SelfSelected, facts.SelfReady, facts.AgentReadyFor, facts.AgentOutdated, err = h.candidate(ctx, exp, now); err != nil {
 		return err
 	}
-	facts.AgentReady = facts.AgentReadyFor > 0
 	ok, why := Decide(facts)
 	if !ok {
 		h.Log.V(1).Info("Not handing the L2 announcement lease over", "lease", key, "reason", why)
 		return nil
 	}
-	return h.handOver(ctx, exp, key, lease, why, now)
+	return h.handOver(ctx, exp, key, lease, timings, why, now)
 }
 
 // handOver writes this node as the holder, on the resourceVersion read.
-func (h *Handover) handOver(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, key types.NamespacedName, lease *coordinationv1.Lease, why string, now time.Time) error {
+func (h *Handover) handOver(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, key types.NamespacedName, lease *coordinationv1.Lease, timings Timings, why string, now time.Time) error {
 	from := ptr.Deref(lease.Spec.HolderIdentity, "")
 	updated := lease.DeepCopy()
 	at := metav1.NewMicroTime(now)
@@ -219,10 +218,6 @@ func (h *Handover) handOver(ctx context.Context, exp *extensionsv1alpha1.SelfHos
 	updated.Spec.LeaseTransitions = ptr.To(ptr.Deref(lease.Spec.LeaseTransitions, 0) + 1)
 	if from == "" {
 		// A release leaves a duration of 1 s, after which every agent would take the lease before this node's renews.
-		timings, err := h.leaseTimings(ctx, now)
-		if err != nil {
-			return err
-		}
 		updated.Spec.LeaseDurationSeconds = ptr.To(releasedLeaseSeconds(timings))
 	}
 	if err := h.write(ctx, updated); err != nil {
@@ -233,7 +228,6 @@ func (h *Handover) handOver(ctx context.Context, exp *extensionsv1alpha1.SelfHos
 		}
 		return fmt.Errorf("handing lease %s to %s: %w", key, h.Node, err)
 	}
-	timings, _ := h.leaseTimings(ctx, now)
 	h.handed[key] = handing{exposure: exp, from: from, resourceVersion: updated.ResourceVersion, at: now, deadline: now.Add(timings.AcknowledgeWithin())}
 	h.seen[key] = sighting{resourceVersion: updated.ResourceVersion, at: now}
 	countHandover(resultHandedOver)

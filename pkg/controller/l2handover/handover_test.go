@@ -33,7 +33,7 @@ var fastLease = Timings{Duration: 5 * time.Second, RenewDeadline: 3 * time.Secon
 func TestDecide(t *testing.T) {
 	down := exposurehealth.State{Ready: false, Reason: "connection refused"}
 	failed := Facts{Self: "cp-1", Holder: "cp-0", Unrenewed: 1300 * time.Millisecond, Timings: fastLease, HolderProbed: true, HolderAPIServer: down,
-		SelfSelected: true, SelfReady: true, AgentReady: true, AgentReadyFor: time.Minute}
+		SelfSelected: true, SelfReady: true, AgentReadyFor: time.Minute}
 	released := func(f *Facts) { f.Holder, f.Unrenewed = "", 200*time.Millisecond }
 	for name, tc := range map[string]struct {
 		change func(*Facts)
@@ -54,7 +54,7 @@ func TestDecide(t *testing.T) {
 		"renewed within two retries":    {func(f *Facts) { f.Unrenewed = 1200 * time.Millisecond }, false, "renewed 1.2s ago, within 1.25s"},
 		"not selected":                  {func(f *Facts) { f.SelfSelected = false }, false, "does not select cp-1"},
 		"node not ready":                {func(f *Facts) { f.SelfReady = false }, false, "node cp-1 is not Ready"},
-		"agent not ready":               {func(f *Facts) { f.AgentReady = false }, false, "agent on cp-1 is not ready"},
+		"agent not ready":               {func(f *Facts) { f.AgentReadyFor = 0 }, false, "agent on cp-1 is not ready"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := failed
