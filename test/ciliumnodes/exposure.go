@@ -287,8 +287,8 @@ func (c *Cluster) FailOver(ctx context.Context, exp *extensionsv1alpha1.SelfHost
 	if _, err := c.ReadyzThroughVIP(ctx); err != nil {
 		return f, fmt.Errorf("before the failover, HTTPS through the VIP: %w", err)
 	}
-	if out, err := exec.Command("ip", "-n", c.Client.Name(), "neigh", "show", "to", fixtures.ExposureVIP).Output(); err != nil || !strings.Contains(string(out), deadMAC) {
-		return f, fmt.Errorf("before the failover, the client's neighbour entry for the VIP is %q, want the holder %s's %s (%v)", out, f.From, deadMAC, err)
+	if entry := c.clientNeighbour(); !strings.Contains(entry, deadMAC) {
+		return f, fmt.Errorf("before the failover, the client's neighbour entry for the VIP is %q, want the holder %s's %s", entry, f.From, deadMAC)
 	}
 	// The holder writes its lease duration at every renewal: after a restart with other timings, wait for it.
 	want, err := c.configuredLeaseDuration()
@@ -518,7 +518,7 @@ func (c *Cluster) StopOneAPIServer(ctx context.Context, exp *extensionsv1alpha1.
 			tail++
 			if attemptErr != nil {
 				o.FailedAfterSettled++
-				o.Failures = append(o.Failures, fmt.Sprintf("%s (lease held by %s): %v", o.LastFailure.Round(100*time.Millisecond), now, attemptErr))
+				o.Failures = append(o.Failures, fmt.Sprintf("%s (lease held by %s, client's neighbour entry %q): %v", o.LastFailure.Round(100*time.Millisecond), now, c.clientNeighbour(), attemptErr))
 			}
 		}
 		return o.Attempts >= attempts && tail >= outageTail, nil
@@ -553,6 +553,22 @@ func (c *Cluster) StopOneAPIServer(ctx context.Context, exp *extensionsv1alpha1.
 		return tail >= outageTail, nil
 	})
 	return o, err
+}
+
+// clientNeighbour is the client's neighbour entry for the VIP, with the name of the node whose MAC it holds: where the
+// client's packets to the VIP go.
+func (c *Cluster) clientNeighbour() string {
+	out, err := exec.Command("ip", "-n", c.Client.Name(), "neigh", "show", "to", fixtures.ExposureVIP).Output()
+	if err != nil {
+		return fmt.Sprintf("unreadable: %v", err)
+	}
+	entry := strings.TrimSpace(string(out))
+	for _, n := range c.Nodes() {
+		if mac, err := n.MAC(); err == nil && strings.Contains(entry, mac) {
+			return entry + " (" + n.Name + ")"
+		}
+	}
+	return entry
 }
 
 // servingInARow is how many requests in a row through the VIP must succeed before it counts as serving.
