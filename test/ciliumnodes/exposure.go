@@ -518,7 +518,7 @@ func (c *Cluster) StopOneAPIServer(ctx context.Context, exp *extensionsv1alpha1.
 			tail++
 			if attemptErr != nil {
 				o.FailedAfterSettled++
-				o.Failures = append(o.Failures, fmt.Sprintf("%s (lease held by %s, client's neighbour entry %q): %v", o.LastFailure.Round(100*time.Millisecond), now, c.clientNeighbour(), attemptErr))
+				o.Failures = append(o.Failures, fmt.Sprintf("%s (lease held by %s, client's neighbour entry %q, backends there %s): %v", o.LastFailure.Round(100*time.Millisecond), now, c.clientNeighbour(), c.backendsAt(ctx, now), attemptErr))
 			}
 		}
 		return o.Attempts >= attempts && tail >= outageTail, nil
@@ -569,6 +569,19 @@ func (c *Cluster) clientNeighbour() string {
 		}
 	}
 	return entry
+}
+
+// backendsAt says which backends node's agent load-balances the VIP's port 443 to.
+func (c *Cluster) backendsAt(ctx context.Context, node string) string {
+	n, ok := c.nodes[node]
+	if !ok {
+		return "unknown (no node " + node + ")"
+	}
+	backends, err := n.Backends(ctx, fixtures.ExposureVIP, 443)
+	if err != nil {
+		return fmt.Sprintf("unknown (%v)", err)
+	}
+	return fmt.Sprint(backends)
 }
 
 // servingInARow is how many requests in a row through the VIP must succeed before it counts as serving.

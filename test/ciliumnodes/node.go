@@ -25,6 +25,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
@@ -414,35 +415,58 @@ func (n *Node) WaitUntilReady(ctx context.Context) error {
 	return nil
 }
 
-// Status is the agent's own status, as `cilium-dbg status` shows it: GET /v1/healthz on its API socket, which lies in
-// the agent's mount namespace (/var/run/cilium/cilium.sock, /run being a tmpfs of the node's), reached through
-// /proc/<pid>/root.
+// Status is the agent's own status, as `cilium-dbg status` shows it.
 func (n *Node) Status(ctx context.Context) (*models.StatusResponse, error) {
+	status := &models.StatusResponse{}
+	return status, n.agentGet(ctx, "/v1/healthz", status)
+}
+
+// Backends are the backends the agent's load balancer holds for the frontend ip:port, each as "address:port state",
+// as `cilium-dbg service list` shows them.
+func (n *Node) Backends(ctx context.Context, ip string, port uint16) ([]string, error) {
+	var services []*models.Service
+	if err := n.agentGet(ctx, "/v1/service", &services); err != nil {
+		return nil, err
+	}
+	var backends []string
+	for _, s := range services {
+		if s.Spec == nil || s.Spec.FrontendAddress == nil || s.Spec.FrontendAddress.IP != ip || s.Spec.FrontendAddress.Port != port {
+			continue
+		}
+		for _, b := range s.Spec.BackendAddresses {
+			backends = append(backends, fmt.Sprintf("%s:%d %s", ptr.Deref(b.IP, ""), b.Port, b.State))
+		}
+	}
+	return backends, nil
+}
+
+// agentGet reads path from the agent's API into v, on its socket, which lies in the agent's mount namespace
+// (/var/run/cilium/cilium.sock, /run being a tmpfs of the node's), reached through /proc/<pid>/root.
+func (n *Node) agentGet(ctx context.Context, path string, v any) error {
 	n.mu.Lock()
 	agent := n.agent
 	n.mu.Unlock()
 	if agent == nil {
-		return nil, fmt.Errorf("no agent runs on %s", n.Name)
+		return fmt.Errorf("no agent runs on %s", n.Name)
 	}
 	// /var/run is an absolute symlink to /run, which the kernel would resolve from this process's root, not the agent's.
 	socket := filepath.Join("/proc", strconv.Itoa(agent.Pid()), "root", strings.TrimPrefix(defaults.SockPath, "/var"))
 	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
 	}}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent/v1/healthz", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent"+path, nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("the agent's API answered %s", resp.Status)
+		return fmt.Errorf("the agent's API answered %s to GET %s", resp.Status, path)
 	}
-	status := &models.StatusResponse{}
-	return status, json.NewDecoder(resp.Body).Decode(status)
+	return json.NewDecoder(resp.Body).Decode(v)
 }
 
 // Stop ends the node's Cilium processes as kubelet does.
