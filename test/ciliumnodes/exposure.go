@@ -571,7 +571,8 @@ func (c *Cluster) clientNeighbour() string {
 	return entry
 }
 
-// backendsAt says which backends node's agent load-balances the VIP's port 443 to.
+// backendsAt says which backends node's agent load-balances the VIP's port 443 to, and which kube-apiservers it is
+// connected to.
 func (c *Cluster) backendsAt(ctx context.Context, node string) string {
 	n, ok := c.nodes[node]
 	if !ok {
@@ -581,7 +582,11 @@ func (c *Cluster) backendsAt(ctx context.Context, node string) string {
 	if err != nil {
 		return fmt.Sprintf("unknown (%v)", err)
 	}
-	return fmt.Sprint(backends)
+	peers, err := n.APIServerPeers()
+	if err != nil {
+		return fmt.Sprintf("%v, agent's kube-apiservers unknown (%v)", backends, err)
+	}
+	return fmt.Sprintf("%v, agent connected to %v", backends, peers)
 }
 
 // servingInARow is how many requests in a row through the VIP must succeed before it counts as serving.
