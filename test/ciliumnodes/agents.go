@@ -2,6 +2,7 @@ package ciliumnodes
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -9,10 +10,13 @@ import (
 	"sync"
 	"time"
 
+	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
+	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -20,7 +24,10 @@ import (
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/ciliumconfig"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/selfhosted"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
 )
 
 // Chart is a Cilium chart whose admitted agent pods run on the nodes.
@@ -60,7 +67,8 @@ type installation struct {
 }
 
 // Agents is what the agents run: one chart's admitted pods on every node (no chart: the one that runs, or Gardener's),
-// the control-plane nodes' with lease timings (nil: cilium-config's, which the webhook sets from the exposure).
+// with the lease timings the Shoot's networking providerConfig sets (nil: none, and the webhook completes
+// cilium-config with the exposure's).
 type Agents struct {
 	Chart Chart
 	Lease *LeaseTimings
@@ -80,11 +88,12 @@ func withClientDefaults(pod *corev1.Pod) *corev1.Pod {
 	return pod
 }
 
-// LeaseTimings are the L2 announcer's lease duration, renew deadline and retry period.
+// LeaseTimings are the L2 announcer's lease duration, renew deadline and retry period, as an operator sets them in the
+// Shoot's networking providerConfig (networking-cilium's NetworkConfig l2Announcements.leaseDuration, ...).
 type LeaseTimings struct{ Duration, RenewDeadline, RetryPeriod time.Duration }
 
-// CiliumDefaultLease are the agent's own defaults (daemon/cmd/daemon_main.go), which an agent uses when cilium-config
-// has no lease settings.
+// CiliumDefaultLease are the agent's own defaults (daemon/cmd/daemon_main.go), which networking-cilium's values.yaml
+// repeats.
 var CiliumDefaultLease = &LeaseTimings{Duration: 15 * time.Second, RenewDeadline: 5 * time.Second, RetryPeriod: 2 * time.Second}
 
 func (l *LeaseTimings) String() string {
@@ -94,28 +103,46 @@ func (l *LeaseTimings) String() string {
 	return fmt.Sprintf("%s/%s/%s", l.Duration, l.RenewDeadline, l.RetryPeriod)
 }
 
-// flags override cilium-config's lease settings (the agent's flags take precedence over its config directory).
-func (l *LeaseTimings) flags() []string {
-	if l == nil {
-		return nil
+// networkConfig is the Shoot's networking providerConfig with l's timings in l2Announcements (test/fixtures's when l
+// is nil).
+func (l *LeaseTimings) networkConfig() ([]byte, error) {
+	nc := map[string]any{}
+	if err := json.Unmarshal([]byte(fixtures.NetworkConfig), &nc); err != nil {
+		return nil, err
 	}
-	return []string{
-		"--l2-announcements-lease-duration=" + l.Duration.String(),
-		"--l2-announcements-renew-deadline=" + l.RenewDeadline.String(),
-		"--l2-announcements-retry-period=" + l.RetryPeriod.String(),
+	if l != nil {
+		maps.Copy(nc["l2Announcements"].(map[string]any), l.values())
 	}
+	return json.Marshal(nc)
+}
+
+// values are l's timings as the charts' l2announcements values name them: networking-cilium turns the NetworkConfig's
+// into its chart's global.l2announcements (pkg/charts/utils.go, with Duration.String()); upstream's chart has the same
+// keys at the top.
+func (l *LeaseTimings) values() map[string]any {
+	return map[string]any{"leaseDuration": l.Duration.String(), "leaseRenewDeadline": l.RenewDeadline.String(), "leaseRetryPeriod": l.RetryPeriod.String()}
+}
+
+// render renders chart as it is installed with lease timings from the Shoot's NetworkConfig (nil: none).
+func render(chart Chart, lease *LeaseTimings) (*ciliumchart.Objects, error) {
+	if chart == GardenerChart {
+		values := ciliumchart.GardenerValues(ciliumchart.GardenerVersion)
+		if lease != nil {
+			maps.Copy(values["global"].(map[string]any)["l2announcements"].(map[string]any), lease.values())
+		}
+		return ciliumchart.RenderGardener(ciliumchart.GardenerVersion, values)
+	}
+	values := ciliumchart.Values(chart.version())
+	if lease != nil {
+		maps.Copy(values["l2announcements"].(map[string]any), lease.values())
+	}
+	return ciliumchart.Render(chart.version(), values)
 }
 
 // install admits a chart: Gardener's is stored through kube-apiserver as real shoots get it (its RBAC, which names
 // the agent's ServiceAccount as upstream's does, serves both); upstream's workloads are sent as dry runs.
 func (c *Cluster) install(ctx context.Context, chart Chart) (*installation, error) {
-	var rendered *ciliumchart.Objects
-	var err error
-	if chart == GardenerChart {
-		rendered, err = ciliumchart.RenderGardener(ciliumchart.GardenerVersion, ciliumchart.GardenerValues(ciliumchart.GardenerVersion))
-	} else {
-		rendered, err = ciliumchart.Render(chart.version(), ciliumchart.Values(chart.version()))
-	}
+	rendered, err := render(chart, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -180,21 +207,77 @@ func (c *Cluster) dryRun(ctx context.Context, obj client.Object) error {
 	})
 }
 
+// configure gives the agents of chart the lease timings of the Shoot's NetworkConfig as an operator's change does: the
+// Cluster resource's shoot (which the webhook reads) gets them, and the chart's `cilium-config`, rendered with them as
+// networking-cilium renders it, is stored through the webhook.
+func (c *Cluster) configure(ctx context.Context, chart Chart, lease *LeaseTimings) error {
+	rendered, err := render(chart, lease)
+	if err != nil {
+		return err
+	}
+	if err := c.setNetworkConfig(ctx, lease); err != nil {
+		return err
+	}
+	var stored string
+	// The webhook reads the Cluster from its cache: until that has the change, it writes the timings of the one before.
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := c.storeConfig(ctx, rendered.Config); err != nil {
+			return false, err
+		}
+		configMaps, err := c.kubeSystemConfigMaps(ctx)
+		if err != nil {
+			return false, err
+		}
+		stored = configMaps[cilium.ConfigMapName][ciliumconfig.KeyL2LeaseDuration]
+		if lease != nil {
+			return stored == lease.Duration.String(), nil
+		}
+		return stored != "" && (c.configuredLease == nil || stored != c.configuredLease.Duration.String()), nil
+	}); err != nil {
+		return fmt.Errorf("cilium-config with lease timings %s: its lease duration is %q: %w", lease, stored, err)
+	}
+	c.configuredLease, c.configuredAt = lease, time.Now()
+	return nil
+}
+
+// setNetworkConfig sets the Cluster resource's shoot's networking providerConfig with lease.
+func (c *Cluster) setNetworkConfig(ctx context.Context, lease *LeaseTimings) error {
+	raw, err := lease.networkConfig()
+	if err != nil {
+		return err
+	}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cluster := &extensionsv1alpha1.Cluster{}
+		if err := c.env.Client.Get(ctx, client.ObjectKey{Name: selfhosted.ClusterName}, cluster); err != nil {
+			return err
+		}
+		shoot := &gardencorev1beta1.Shoot{}
+		if err := json.Unmarshal(cluster.Spec.Shoot.Raw, shoot); err != nil {
+			return err
+		}
+		shoot.Spec.Networking.ProviderConfig = &runtime.RawExtension{Raw: raw}
+		if cluster.Spec.Shoot.Raw, err = json.Marshal(shoot); err != nil {
+			return err
+		}
+		return c.env.Client.Update(ctx, cluster)
+	})
+}
+
 // storeConfig stores the chart's `cilium-config` through the webhook, as installing that chart does: upstream's
 // build-config reads it from kube-apiserver, Gardener's chart mounts it. The extension's admission policy refuses the
 // update while the webhook cannot pin it (unreachable, or answering from a view it does not trust yet); it is retried
 // for a minute, as Gardener's resource manager retries a refused apply.
-func (c *Cluster) storeConfig(ctx context.Context, inst *installation) error {
+func (c *Cluster) storeConfig(ctx context.Context, config *corev1.ConfigMap) error {
 	var last error
 	if err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: inst.config.Namespace, Name: inst.config.Name}}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: config.Namespace, Name: config.Name}}
 		_, last = controllerutil.CreateOrUpdate(ctx, c.env.Client, cm, func() error {
-			cm.Data = maps.Clone(inst.config.Data)
+			cm.Data = maps.Clone(config.Data)
 			return nil
 		})
 		return last == nil, ignoreRefused(last)
 	}); err != nil {
-		return fmt.Errorf("storing %s: %w (%v)", inst.config.Name, err, last)
+		return fmt.Errorf("storing %s: %w (%v)", config.Name, err, last)
 	}
 	return nil
 }
@@ -244,8 +327,8 @@ func (c *Cluster) Run(ctx context.Context, want Agents) (map[string]*corev1.Pod,
 		}
 	}
 	inst := c.installed[want.Chart]
-	if c.running == nil || c.running.Chart != want.Chart {
-		if err := c.storeConfig(ctx, inst); err != nil {
+	if c.running == nil || c.running.Chart != want.Chart || !sameLease(c.running.Lease, want.Lease) {
+		if err := c.configure(ctx, want.Chart, want.Lease); err != nil {
 			return nil, err
 		}
 	}
@@ -264,7 +347,7 @@ func (c *Cluster) Run(ctx context.Context, want Agents) (map[string]*corev1.Pod,
 		if want.ClientDefaults {
 			pod = withClientDefaults(pod)
 		}
-		restarts.Go(func() { errs <- n.restart(ctx, c.env, pod, configMaps, want.Lease) })
+		restarts.Go(func() { errs <- n.restart(ctx, c.env, pod, configMaps) })
 	}
 	restarts.Wait()
 	close(errs)

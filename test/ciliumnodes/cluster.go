@@ -83,7 +83,10 @@ type Cluster struct {
 	installed map[Chart]*installation
 	// running is what the agents run, nil before Run.
 	running *Agents
-	exposed *extensionsv1alpha1.SelfHostedShootExposure
+	// configuredLease are the lease timings of the Shoot's NetworkConfig as last stored, at configuredAt.
+	configuredLease *LeaseTimings
+	configuredAt    time.Time
+	exposed         *extensionsv1alpha1.SelfHostedShootExposure
 	// disturbed are the nodes whose agent or kube-apiserver was stopped and started again.
 	disturbed map[string]bool
 	// webhookRoute takes kube-apiserver's webhook calls to the extension pods (extension.go), routes is its

@@ -139,18 +139,8 @@ func (c *Cluster) leaseDuration(ctx context.Context, exp *extensionsv1alpha1.Sel
 	return time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second
 }
 
-// configuredLeaseDuration is the lease duration the control-plane agents run with: their timings, or cilium-config's
-// as stored.
+// configuredLeaseDuration is the lease duration the control-plane agents run with: cilium-config's as stored.
 func (c *Cluster) configuredLeaseDuration() (time.Duration, error) {
-	c.mu.Lock()
-	running := c.running
-	c.mu.Unlock()
-	if running == nil {
-		return 0, fmt.Errorf("no agents run")
-	}
-	if running.Lease != nil {
-		return running.Lease.Duration, nil
-	}
 	configMaps, err := c.kubeSystemConfigMaps(context.Background())
 	if err != nil {
 		return 0, err
@@ -300,6 +290,16 @@ func (c *Cluster) FailOver(ctx context.Context, exp *extensionsv1alpha1.SelfHost
 		return f.Lease == want, nil
 	}); err != nil {
 		return f, fmt.Errorf("the L2 announcement lease says %s, the agents run with %s: %w", f.Lease, want, err)
+	}
+	// The extension's handover reads cilium-config's timings at most every TimingsMaxAge, as it would after an
+	// operator's change.
+	c.mu.Lock()
+	configuredAt := c.configuredAt
+	c.mu.Unlock()
+	select {
+	case <-time.After(time.Until(configuredAt.Add(l2handover.TimingsMaxAge))):
+	case <-ctx.Done():
+		return f, ctx.Err()
 	}
 	c.disturb(f.From)
 	events, err := c.handoverEvents(ctx, exp)
@@ -518,7 +518,8 @@ func (c *Cluster) StopOneAPIServer(ctx context.Context, exp *extensionsv1alpha1.
 			tail++
 			if attemptErr != nil {
 				o.FailedAfterSettled++
-				o.Failures = append(o.Failures, fmt.Sprintf("%s (lease held by %s, client's neighbour entry %q, backends there %s): %v", o.LastFailure.Round(100*time.Millisecond), now, c.clientNeighbour(), c.backendsAt(ctx, now), attemptErr))
+				o.Failures = append(o.Failures, fmt.Sprintf("%s (lease held by %s, client's neighbour entry %q, backends there %s, published %s): %v",
+					o.LastFailure.Round(100*time.Millisecond), now, c.clientNeighbour(), c.backendsAt(ctx, now), c.publishedEndpoints(ctx, exp), attemptErr))
 			}
 		}
 		return o.Attempts >= attempts && tail >= outageTail, nil
@@ -629,6 +630,21 @@ func (c *Cluster) attempt(ctx context.Context) error {
 	defer cancel()
 	_, err := c.ReadyzThroughVIP(ctx)
 	return err
+}
+
+// publishedEndpoints says which endpoints the exposure's EndpointSlices publish as ready, as node:ready pairs.
+func (c *Cluster) publishedEndpoints(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) string {
+	list := &discoveryv1.EndpointSliceList{}
+	if err := c.env.Client.List(ctx, list, client.InNamespace(exp.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: resources.ServiceName(exp.Name)}); err != nil {
+		return fmt.Sprintf("unknown (%v)", err)
+	}
+	var published []string
+	for _, s := range list.Items {
+		for _, e := range s.Endpoints {
+			published = append(published, fmt.Sprintf("%s:%t", ptr.Deref(e.NodeName, "?"), ptr.Deref(e.Conditions.Ready, true)))
+		}
+	}
+	return fmt.Sprint(published)
 }
 
 // endpointReady says whether the exposure's EndpointSlices publish node's endpoint as ready.

@@ -137,7 +137,7 @@ func (c *Cluster) syncPod(ctx context.Context, inst *installation, n *Node, pod 
 		if c.running.ClientDefaults {
 			run = withClientDefaults(pod)
 		}
-		if err := n.restart(ctx, c.env, run, configMaps, c.running.Lease); err != nil {
+		if err := n.restart(ctx, c.env, run, configMaps); err != nil {
 			return err
 		}
 		logf("kubelet of %s: the agent runs from pod %s (was %s)", n.Name, pod.Name, inst.pods[n.Name].Name)

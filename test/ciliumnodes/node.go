@@ -193,12 +193,12 @@ func (n *Node) unmountHostFS() error {
 }
 
 // restart stops the node's agent if it runs, revives the node and starts the agent from pod.
-func (n *Node) restart(ctx context.Context, env *testenv.Env, pod *corev1.Pod, configMaps map[string]map[string]string, lease *LeaseTimings) error {
+func (n *Node) restart(ctx context.Context, env *testenv.Env, pod *corev1.Pod, configMaps map[string]map[string]string) error {
 	n.stopAgent(ctx)
 	if err := n.revive(); err != nil {
 		return err
 	}
-	return n.startAgent(ctx, env, pod, configMaps, lease)
+	return n.startAgent(ctx, env, pod, configMaps)
 }
 
 // stopAgent stops the node's agent if it runs, as kubelet does: SIGTERM, and SIGKILL once ctx ends (the grace period
@@ -298,9 +298,8 @@ func (n *Node) running() bool {
 	}
 }
 
-// startAgent runs the cilium-agent container of pod on the node, with lease timings overriding cilium-config's when
-// not nil.
-func (n *Node) startAgent(ctx context.Context, env *testenv.Env, pod *corev1.Pod, configMaps map[string]map[string]string, lease *LeaseTimings) error {
+// startAgent runs the cilium-agent container of pod on the node.
+func (n *Node) startAgent(ctx context.Context, env *testenv.Env, pod *corev1.Pod, configMaps map[string]map[string]string) error {
 	// The BPF sources of the agent's own version: the agent compiles them and fills their configuration in.
 	i := slices.IndexFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == cilium.AgentContainerName })
 	if i < 0 {
@@ -326,7 +325,7 @@ func (n *Node) startAgent(ctx context.Context, env *testenv.Env, pod *corev1.Pod
 	if err != nil {
 		return err
 	}
-	c.Node, c.ConfigMaps, c.Args, c.Tools, c.Cgroup = n.Name, configMaps, slices.Concat(agentFlags, lease.flags()), map[string]string{"clang": Clang}, n.cgroup
+	c.Node, c.ConfigMaps, c.Args, c.Tools, c.Cgroup = n.Name, configMaps, agentFlags, map[string]string{"clang": Clang}, n.cgroup
 	c.HostPaths = map[string]string{bpffsMountPath: filepath.Join(n.host, hostBPFFS), ciliumRunPath: filepath.Join(n.host, hostCiliumRun)}
 	c.Setup = []string{
 		// What the image and the chart's init containers give the agent, per node, beside its host paths: the node's

@@ -45,8 +45,9 @@ const (
 const (
 	// tick is how often the leases are looked at: it adds at most that to a handover.
 	tick = 50 * time.Millisecond
-	// timingsMaxAge is how long the timings read from cilium-config are used before they are read again.
-	timingsMaxAge = 30 * time.Second
+	// TimingsMaxAge is how long the timings read from cilium-config are used before they are read again: a change of
+	// cilium-config reaches the handover within it.
+	TimingsMaxAge = 30 * time.Second
 	// writeTimeout bounds one write of a lease.
 	writeTimeout = 2 * time.Second
 )
@@ -368,9 +369,9 @@ func readyFor(pod *corev1.Pod, now time.Time) time.Duration {
 	return time.Nanosecond
 }
 
-// leaseTimings are the agents' lease timings from cilium-config, read at most every timingsMaxAge.
+// leaseTimings are the agents' lease timings from cilium-config, read at most every TimingsMaxAge.
 func (h *Handover) leaseTimings(ctx context.Context, now time.Time) (Timings, error) {
-	if !h.readAt.IsZero() && now.Sub(h.readAt) < timingsMaxAge {
+	if !h.readAt.IsZero() && now.Sub(h.readAt) < TimingsMaxAge {
 		return h.timings, nil
 	}
 	cm := &corev1.ConfigMap{}
