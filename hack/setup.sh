@@ -17,6 +17,7 @@ packages=(
   "iputils-arping  arping                        who answers ARP for the VIP"
   "clang-19        /usr/lib/llvm-19/bin/clang    the agents compile their BPF programs (Cilium needs LLVM >= 18.1; bookworm's default is 14)"
   "llvm-19         /usr/lib/llvm-19/bin/llc      ditto"
+  "frr             /usr/lib/frr/bgpd             the BGP router of test/datapath (zebra and bgpd, each run in namespaces of its own; the package's service never runs)"
 )
 
 [ "${SKIP_SETUP:-}" = 1 ] && exit 0
@@ -59,7 +60,18 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 echo ">> setup: installing the Debian packages the suites need: ${missing[*]}" >&2
+# No package's service may start: frr's would run a router in this machine's own network namespace. invoke-rc.d and
+# deb-systemd-invoke ask policy-rc.d first; 101 is "action forbidden" (Debian's invoke-rc.d(8)).
+policy=/usr/sbin/policy-rc.d saved=""
+if [ -e "$policy" ]; then saved=$(mktemp) && cp -p "$policy" "$saved"; fi
+trap 'if [ -n "$saved" ]; then mv "$saved" "$policy"; else rm -f "$policy"; fi' EXIT
+printf '#!/bin/sh\n# hack/setup.sh: no service starts while it installs packages\nexit 101\n' >"$policy"
+chmod 755 "$policy"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq >&2
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# Nor at the next boot.
+if printf '%s\n' "${missing[@]}" | grep -qx frr; then
+  if [ -d /run/systemd/system ]; then systemctl disable --quiet frr.service || true; else update-rc.d frr disable >/dev/null 2>&1 || true; fi
+fi
 echo ">> setup: installed ${missing[*]}" >&2
