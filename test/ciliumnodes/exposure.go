@@ -518,8 +518,8 @@ func (c *Cluster) StopOneAPIServer(ctx context.Context, exp *extensionsv1alpha1.
 			tail++
 			if attemptErr != nil {
 				o.FailedAfterSettled++
-				o.Failures = append(o.Failures, fmt.Sprintf("%s (lease held by %s, client's neighbour entry %q, backends there %s, published %s): %v",
-					o.LastFailure.Round(100*time.Millisecond), now, c.clientNeighbour(), c.backendsAt(ctx, now), c.publishedEndpoints(ctx, exp), attemptErr))
+				o.Failures = append(o.Failures, fmt.Sprintf("%s (lease held by %s, client's neighbour entry %q, agents %s, published %s): %v",
+					o.LastFailure.Round(100*time.Millisecond), now, c.clientNeighbour(), c.agentViews(ctx), c.publishedEndpoints(ctx, exp), attemptErr))
 			}
 		}
 		return o.Attempts >= attempts && tail >= outageTail, nil
@@ -570,6 +570,18 @@ func (c *Cluster) clientNeighbour() string {
 		}
 	}
 	return entry
+}
+
+// agentViews says, for every control-plane node, which backends its agent load-balances the VIP to and which
+// kube-apiservers it is connected to.
+func (c *Cluster) agentViews(ctx context.Context) string {
+	var views []string
+	for _, n := range c.Nodes() {
+		if n.ControlPlane {
+			views = append(views, n.Name+": "+c.backendsAt(ctx, n.Name))
+		}
+	}
+	return strings.Join(views, "; ")
 }
 
 // backendsAt says which backends node's agent load-balances the VIP's port 443 to, and which kube-apiservers it is
