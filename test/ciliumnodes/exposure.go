@@ -463,8 +463,9 @@ const outageTail = 20
 
 // StopOneAPIServer waits until the VIP serves, stops the kube-apiserver of a control-plane node, the lease holder's if
 // announcer is set and another's otherwise, and sends new requests through the VIP, about every 200 ms: attempts of
-// them (at least), and outageTail more once the outage settled (Settled), for at most two minutes. Then it starts the kube-apiserver again and
-// sends requests until outageTail after it is published as ready again.
+// them (at least), outageTail more once the outage settled (Settled), and on until the last outageTail succeeded, for
+// at most two minutes. Then it starts the kube-apiserver again and sends requests until outageTail after it is
+// published as ready again.
 func (c *Cluster) StopOneAPIServer(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, attempts int, announcer bool) (o APIServerOutage, err error) {
 	holder, err := c.WaitUntilServing(ctx, exp)
 	if err != nil {
@@ -522,7 +523,7 @@ func (c *Cluster) StopOneAPIServer(ctx context.Context, exp *extensionsv1alpha1.
 					o.LastFailure.Round(100*time.Millisecond), now, c.clientNeighbour(), c.agentViews(ctx), c.publishedEndpoints(ctx, exp), attemptErr))
 			}
 		}
-		return o.Attempts >= attempts && tail >= outageTail, nil
+		return o.Attempts >= attempts && tail >= outageTail && o.SucceededAtEnd >= outageTail, nil
 	})
 	o.Window = time.Since(start)
 	if err != nil && !wait.Interrupted(err) {

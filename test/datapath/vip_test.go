@@ -155,8 +155,8 @@ func vipFailovers(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure,
 const outageSettledInARow = 15
 
 // TestVIPWithOneAPIServerDown: one control-plane node's kube-apiserver stops while the node stays up. The extension,
-// probing from the control-plane nodes as its chart's pods, publishes that endpoint as not ready; from then on no new
-// connection through the VIP fails (Cilium's load balancer skips a backend in maintenance), and none fails after the
+// probing from the control-plane nodes as its chart's pods, publishes that endpoint as not ready; once the agents have
+// applied that, no new connection through the VIP fails (Cilium's load balancer skips a backend in maintenance), and none fails after the
 // kube-apiserver is back either. When the stopped kube-apiserver is the announcer's own, its agent is blind (it reaches
 // kube-apiserver only through it): the lease is handed to another node as well; with each Cilium line. The failing
 // window is logged.
@@ -193,9 +193,13 @@ func vipWithOneAPIServerDown(t *testing.T, exp *extensionsv1alpha1.SelfHostedSho
 			if tc.announcer && o.Moved == 0 {
 				t.Errorf("%s, whose agent is blind, kept the lease for %s", o.Node, o.Window.Round(100*time.Millisecond))
 			}
-			// The announcer's agent learns of the published endpoint a moment after the slice is written.
+			// The announcer's agent learns of the published endpoint a moment after the slice is written: 1.20.2's
+			// agents took up to 4.6 s now and then, their own API listing the backend as active meanwhile
+			// (docs/operations.md, "A kube-apiserver behind the VIP is not ready"). The requests go on until the VIP serves again.
 			if o.SucceededAtEnd < outageSettledInARow {
 				t.Errorf("after %s's endpoint was published as not ready (and the lease left it), new connections through the VIP still failed: %v", o.Node, o.Failures)
+			} else if o.FailedAfterSettled > 0 {
+				t.Logf("%d new connections through the VIP failed after %s's endpoint was published as not ready: %v", o.FailedAfterSettled, o.Node, o.Failures)
 			}
 			if o.Back == 0 || o.BackFailed > 0 {
 				t.Errorf("after %s's kube-apiserver came back: published ready after %s, %d of %d requests failed", o.Node, o.Back, o.BackFailed, o.BackAttempts)
