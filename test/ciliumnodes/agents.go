@@ -11,7 +11,6 @@ import (
 	"time"
 
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
-	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,12 +19,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/ciliumconfig"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/selfhosted"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
 )
@@ -246,20 +243,8 @@ func (c *Cluster) setNetworkConfig(ctx context.Context, lease *LeaseTimings) err
 	if err != nil {
 		return err
 	}
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cluster := &extensionsv1alpha1.Cluster{}
-		if err := c.env.Client.Get(ctx, client.ObjectKey{Name: selfhosted.ClusterName}, cluster); err != nil {
-			return err
-		}
-		shoot := &gardencorev1beta1.Shoot{}
-		if err := json.Unmarshal(cluster.Spec.Shoot.Raw, shoot); err != nil {
-			return err
-		}
+	return c.env.UpdateShoot(ctx, func(shoot *gardencorev1beta1.Shoot) {
 		shoot.Spec.Networking.ProviderConfig = &runtime.RawExtension{Raw: raw}
-		if cluster.Spec.Shoot.Raw, err = json.Marshal(shoot); err != nil {
-			return err
-		}
-		return c.env.Client.Update(ctx, cluster)
 	})
 }
 
@@ -270,11 +255,16 @@ func (c *Cluster) setNetworkConfig(ctx context.Context, lease *LeaseTimings) err
 func (c *Cluster) storeConfig(ctx context.Context, config *corev1.ConfigMap) error {
 	var last error
 	if err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: config.Namespace, Name: config.Name}}
-		_, last = controllerutil.CreateOrUpdate(ctx, c.env.Client, cm, func() error {
+		// Updated even when the data look the same, as the resource manager updates the whole object: what the stored
+		// one holds may be the webhook's completion of another Shoot configuration.
+		cm := &corev1.ConfigMap{}
+		if last = c.env.Client.Get(ctx, client.ObjectKeyFromObject(config), cm); apierrors.IsNotFound(last) {
+			cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: config.Namespace, Name: config.Name}, Data: maps.Clone(config.Data)}
+			last = c.env.Client.Create(ctx, cm)
+		} else if last == nil {
 			cm.Data = maps.Clone(config.Data)
-			return nil
-		})
+			last = c.env.Client.Update(ctx, cm)
+		}
 		return last == nil, ignoreRefused(last)
 	}); err != nil {
 		return fmt.Errorf("storing %s: %w (%v)", config.Name, err, last)

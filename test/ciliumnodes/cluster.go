@@ -78,6 +78,9 @@ type Cluster struct {
 	// Client is the client's network namespace.
 	Client *podrun.Netns
 	nodes  map[string]*Node
+	// router is the BGP router once started (StartRouter), remote the namespace of the client behind it.
+	router *Router
+	remote *podrun.Netns
 
 	mu        sync.Mutex
 	installed map[Chart]*installation
@@ -221,6 +224,7 @@ func (c *Cluster) Close() {
 			fmt.Fprintln(os.Stderr, err)
 		}
 	}
+	c.stopRouter()
 	if c.lan != nil {
 		c.lan.close()
 	}

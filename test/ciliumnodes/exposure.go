@@ -3,9 +3,7 @@ package ciliumnodes
 import (
 	"context"
 	"fmt"
-	"io"
 	"maps"
-	"net/http"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -18,7 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -201,26 +198,7 @@ func (c *Cluster) WaitForARP(ctx context.Context, done func(macs []string) bool)
 // ReadyzThroughVIP sends GET /readyz from the client to the VIP, verifying the certificate under the shoot's
 // external API name, as a kubelet or a user does, with the test's admin credentials.
 func (c *Cluster) ReadyzThroughVIP(ctx context.Context) (string, error) {
-	tlsConfig, err := rest.TLSConfigFor(c.env.Config)
-	if err != nil {
-		return "", err
-	}
-	tlsConfig.ServerName = ciliumchart.ExternalHost
-	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig, DialContext: c.Client.DialContext, DisableKeepAlives: true}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+fixtures.ExposureVIP+":443/readyz", nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("%s: %s", resp.Status, body)
-	}
-	return string(body), nil
+	return c.readyzThroughVIP(ctx, c.Client.DialContext)
 }
 
 // Failover is what one failover of the VIP took.

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -14,10 +15,12 @@ import (
 
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
 	v1beta1constants "github.com/gardener/gardener/pkg/apis/core/v1beta1/constants"
+	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 	resourcesv1alpha1 "github.com/gardener/gardener/pkg/apis/resources/v1alpha1"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/selfhosted"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
 )
 
@@ -60,6 +63,28 @@ func (e *Env) CreateSelfHostedShoot(ctx context.Context, shoot *gardencorev1beta
 		}
 	}
 	return nil
+}
+
+// UpdateShoot changes the shoot of the Cluster resource with mutate, as gardenlet writes the Cluster when the Shoot
+// changes.
+func (e *Env) UpdateShoot(ctx context.Context, mutate func(*gardencorev1beta1.Shoot)) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cluster := &extensionsv1alpha1.Cluster{}
+		if err := e.Client.Get(ctx, client.ObjectKey{Name: selfhosted.ClusterName}, cluster); err != nil {
+			return err
+		}
+		shoot := &gardencorev1beta1.Shoot{}
+		if err := json.Unmarshal(cluster.Spec.Shoot.Raw, shoot); err != nil {
+			return err
+		}
+		mutate(shoot)
+		raw, err := json.Marshal(shoot)
+		if err != nil {
+			return err
+		}
+		cluster.Spec.Shoot.Raw = raw
+		return e.Client.Update(ctx, cluster)
+	})
 }
 
 // CreateNode creates node with its status (addresses), which a create alone drops.

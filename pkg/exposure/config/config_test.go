@@ -55,6 +55,32 @@ func TestLoadDefaults(t *testing.T) {
 	}
 }
 
+func TestLoadBGPTimerDefaults(t *testing.T) {
+	for name, tc := range map[string]struct {
+		timers                        string
+		hold, keepalive, connectRetry int32
+	}{
+		"none":                {``, 9, 3, 1},
+		"fast profile":        {`,"holdTimeSeconds":3,"keepAliveTimeSeconds":1`, 3, 1, 1},
+		"hold only":           {`,"holdTimeSeconds":3`, 3, 1, 1},
+		"long hold only":      {`,"holdTimeSeconds":90`, 90, 30, 1},
+		"keepalive only":      {`,"keepAliveTimeSeconds":10`, 30, 10, 1},
+		"connect retry given": {`,"connectRetryTimeSeconds":120`, 9, 3, 120},
+	} {
+		t.Run(name, func(t *testing.T) {
+			loaded, err := Load(exposureWith(""), shoot(ipv4, header+`"announcement":"BGP","pool":{"cidrs":["203.0.113.0/28"]},`+
+				`"bgp":{"localASN":64512,"peers":[{"name":"tor-a","address":"10.0.0.1","asn":64500`+tc.timers+`}]}}`), Site{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := loaded.Config.BGP.Peers[0]
+			if got := [3]int32{*p.HoldTimeSeconds, *p.KeepAliveTimeSeconds, *p.ConnectRetryTimeSeconds}; got != [3]int32{tc.hold, tc.keepalive, tc.connectRetry} {
+				t.Errorf("hold, keepalive, connect retry %v, want %v", got, [3]int32{tc.hold, tc.keepalive, tc.connectRetry})
+			}
+		})
+	}
+}
+
 func TestLoadPrefersTheExposuresProviderConfig(t *testing.T) {
 	loaded, err := Load(exposureWith(header+`"announcement":"BGP","pool":{"cidrs":["203.0.113.0/28"]},"bgp":{"clusterConfigName":"dc"}}`),
 		shoot(ipv4, header+`"pool":{"cidrs":["198.51.100.0/28"]}}`), Site{})

@@ -106,13 +106,14 @@ type BGPPeer struct {
 	// Port is the peer's TCP port (default 179).
 	// +optional
 	Port *int32 `json:"port,omitempty"`
-	// HoldTimeSeconds is the BGP hold time (default 90).
+	// HoldTimeSeconds is the BGP hold time: default 9, or three keepalive intervals when only those are set (Cilium's
+	// own default is 90). 3 with a keepalive of 1 is the fastest Cilium allows (docs/bgp.md, "Timers").
 	// +optional
 	HoldTimeSeconds *int32 `json:"holdTimeSeconds,omitempty"`
-	// KeepAliveTimeSeconds is the BGP keepalive interval (default 30).
+	// KeepAliveTimeSeconds is the BGP keepalive interval: default a third of the hold time (Cilium's own is 30).
 	// +optional
 	KeepAliveTimeSeconds *int32 `json:"keepAliveTimeSeconds,omitempty"`
-	// ConnectRetryTimeSeconds is the BGP connect retry interval (default 120).
+	// ConnectRetryTimeSeconds is the BGP connect retry interval: default 1 (Cilium's own is 120).
 	// +optional
 	ConnectRetryTimeSeconds *int32 `json:"connectRetryTimeSeconds,omitempty"`
 	// GracefulRestart keeps routes through a restart of the agent.

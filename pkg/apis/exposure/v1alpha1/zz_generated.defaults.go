@@ -24,4 +24,10 @@ func SetObjectDefaults_ExposureConfig(in *ExposureConfig) {
 	if in.L2 != nil {
 		SetDefaults_L2(in.L2)
 	}
+	if in.BGP != nil {
+		for i := range in.BGP.Peers {
+			a := &in.BGP.Peers[i]
+			SetDefaults_BGPPeer(a)
+		}
+	}
 }

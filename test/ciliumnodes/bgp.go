@@ -1,0 +1,206 @@
+package ciliumnodes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
+	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
+	"k8s.io/client-go/rest"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/frr"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/repo"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
+)
+
+// The top-of-rack router of the BGP cases: tor-a of docs/bgp.md and example/shoot-gardenadm-bgp.yaml, on the nodes'
+// segment, with a client network behind it that is neither the nodes' nor this machine's.
+const (
+	RouterIP  = "10.0.0.1"
+	RouterASN = 64500
+	// NodesASN is the exposure's bgp.localASN.
+	NodesASN = 64512
+	// RemoteNetwork is the network behind the router, RemoteClientIP the client in it.
+	RemoteNetwork  = "172.30.0.0/24"
+	RemoteClientIP = "172.30.0.2"
+	routerRemoteIP = "172.30.0.1"
+)
+
+// ExposureConfigBGP is the exposure's providerConfig that advertises fixtures.ExposureVIP to the router.
+var ExposureConfigBGP = `{"apiVersion":"cilium-selfhosted.extensions.gardener.cloud/v1alpha1","kind":"ExposureConfig",` +
+	`"announcement":"BGP","pool":{"cidrs":["203.0.113.0/28"]},"loadBalancerIPs":["` + fixtures.ExposureVIP + `"],` +
+	`"bgp":{"localASN":` + strconv.Itoa(NodesASN) + `,"peers":[{"name":"tor-a","address":"` + RouterIP + `","asn":` + strconv.Itoa(RouterASN) + `}]}}`
+
+// Router is the BGP router on the nodes' segment and the client behind it.
+type Router struct {
+	*frr.Router
+	// Remote is the client's network namespace behind the router.
+	Remote *podrun.Netns
+	ns     *podrun.Netns
+}
+
+// StartRouter plugs the router into the nodes' segment with the client network behind it, gives every node a route
+// to that network through it (Cilium imports no BGP route), and runs FRR with the configuration docs/bgp.md gives
+// operators, verbatim. Close stops it; so does StopRouter.
+func (c *Cluster) StartRouter(ctx context.Context) (*Router, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.router != nil {
+		return c.router, nil
+	}
+	conf, err := routerConfig()
+	if err != nil {
+		return nil, err
+	}
+	r := &Router{}
+	if r.ns, err = c.lan.attach("tor-a", RouterIP); err != nil {
+		return nil, err
+	}
+	if r.Remote, err = podrun.NewNetns(c.lan.prefix + "-remote"); err != nil {
+		return nil, err
+	}
+	c.remote = r.Remote
+	for _, step := range []func() error{
+		func() error {
+			return r.ns.IP("link", "add", "eth1", "type", "veth", "peer", "name", "eth0", "netns", r.Remote.Name())
+		},
+		func() error { return r.ns.IP("addr", "add", routerRemoteIP+"/24", "dev", "eth1") },
+		func() error { return r.ns.IP("link", "set", "eth1", "up") },
+		func() error { return r.Remote.IP("addr", "add", RemoteClientIP+"/24", "dev", "eth0") },
+		func() error { return r.Remote.IP("link", "set", "eth0", "up") },
+		func() error { return r.Remote.IP("route", "add", "default", "via", routerRemoteIP) },
+		// A router forwards, and spreads flows over the paths of a multipath route by their ports (docs/bgp.md).
+		func() error { return sysctl(r.ns, "net.ipv4.ip_forward=1", "net.ipv4.fib_multipath_hash_policy=1") },
+	} {
+		if err := step(); err != nil {
+			return nil, fmt.Errorf("setting the router up: %w", err)
+		}
+	}
+	for _, n := range c.Nodes() {
+		if err := n.sandbox.IP("route", "replace", RemoteNetwork, "via", RouterIP); err != nil {
+			return nil, fmt.Errorf("the route of %s to %s: %w", n.Name, RemoteNetwork, err)
+		}
+	}
+	if r.Router, err = frr.Start(ctx, r.ns, filepath.Join(c.cgroups, "router"), conf); err != nil {
+		return nil, err
+	}
+	c.router = r
+	return r, nil
+}
+
+// stopRouter stops FRR; the namespaces go with the segment.
+func (c *Cluster) stopRouter() {
+	if c.router != nil {
+		c.router.Stop()
+		c.router = nil
+	}
+	if c.remote != nil {
+		c.remote.Delete()
+		c.remote = nil
+	}
+}
+
+// routerConfig is the FRR configuration of docs/bgp.md (its first `frr` block) with a host name and the log on stdout.
+func routerConfig() (string, error) {
+	root, err := repo.Root()
+	if err != nil {
+		return "", err
+	}
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "bgp.md"))
+	if err != nil {
+		return "", err
+	}
+	_, block, ok := strings.Cut(string(doc), "```frr\n")
+	if block, _, ok2 := strings.Cut(block, "```"); ok && ok2 {
+		return "hostname tor-a\nlog stdout informational\n" + block, nil
+	}
+	return "", errors.New("docs/bgp.md has no ```frr block")
+}
+
+func sysctl(ns *podrun.Netns, settings ...string) error {
+	if out, err := ns.Command("sysctl", append([]string{"-q", "-w"}, settings...)...).CombinedOutput(); err != nil {
+		return fmt.Errorf("sysctl %v in %s: %w: %s", settings, ns.Name(), err, out)
+	}
+	return nil
+}
+
+// Via is the next hop the router picks for a TCP connection from the remote client's port sport to the VIP's port
+// 443, as its kernel hashes it over the paths of the VIP's route; "" when it has no route.
+func (r *Router) Via(sport int) (string, error) {
+	out, err := exec.Command("ip", "-n", r.ns.Name(), "route", "get", fixtures.ExposureVIP, "from", RemoteClientIP, "iif", "eth1",
+		"ipproto", "tcp", "sport", strconv.Itoa(sport), "dport", "443").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("ip route get in %s: %w: %s", r.ns.Name(), err, out)
+	}
+	f := strings.Fields(string(out))
+	for i := range f[:max(len(f)-1, 0)] {
+		if f[i] == "via" {
+			return f[i+1], nil
+		}
+	}
+	return "", nil
+}
+
+// ReadyzFromRemote sends GET /readyz through the VIP from the client behind the router, from its port sport (0: any),
+// verifying kube-apiserver's certificate under the shoot's API name as every client of the VIP does.
+func (c *Cluster) ReadyzFromRemote(ctx context.Context, r *Router, sport int) (string, error) {
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var conn net.Conn
+		err := r.Remote.Do(func() (err error) {
+			d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(RemoteClientIP), Port: sport}}
+			conn, err = d.DialContext(ctx, network, addr)
+			return err
+		})
+		return conn, err
+	}
+	return c.readyzThroughVIP(ctx, dial)
+}
+
+// readyzThroughVIP sends GET /readyz to the VIP over dial, verifying the certificate under the shoot's API name.
+func (c *Cluster) readyzThroughVIP(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error)) (string, error) {
+	tlsConfig, err := rest.TLSConfigFor(c.env.Config)
+	if err != nil {
+		return "", err
+	}
+	tlsConfig.ServerName = ciliumchart.ExternalHost
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig, DialContext: dial, DisableKeepAlives: true}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+fixtures.ExposureVIP+":443/readyz", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s: %s", resp.Status, body)
+	}
+	return string(body), nil
+}
+
+// Announce sets the exposure's providerConfig in the shoot (as an operator changes the Shoot and gardenlet the
+// Cluster), asks for a reconciliation as Gardener does, and waits until the exposure is ready again.
+func (c *Cluster) Announce(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, providerConfig string) error {
+	if err := c.env.UpdateShoot(ctx, func(shoot *gardencorev1beta1.Shoot) { fixtures.WithExposureConfig(shoot, providerConfig) }); err != nil {
+		return err
+	}
+	if err := c.env.RequestReconcile(ctx, exp, func(*extensionsv1alpha1.SelfHostedShootExposure) {}); err != nil {
+		return err
+	}
+	return testenv.WaitUntilReady(ctx, c.env.Client, exp, 3*time.Minute)
+}
