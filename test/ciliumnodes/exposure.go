@@ -430,9 +430,22 @@ type APIServerOutage struct {
 	FailedAfterSettled, SucceededAtEnd int
 	Failures                           []string
 	// Back is when, after the start, the endpoint was published as ready again (0: not within the window);
-	// BackAttempts and BackFailed count the requests from the start until outageTail after that.
+	// BackAttempts and BackFailed count the requests from the start until outageTail after that; BackFailures say
+	// when (after the start) and how they failed.
 	Back                     time.Duration
 	BackAttempts, BackFailed int
+	BackFailures             []string
+}
+
+// failure describes a request through the VIP that failed at after: where the client's packets went, what each agent
+// load-balances the VIP to, and what the exposure publishes.
+func (c *Cluster) failure(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, after time.Duration, err error) string {
+	holder, holderErr := c.LeaseHolder(ctx, exp)
+	if holderErr != nil {
+		holder = "unknown"
+	}
+	return fmt.Sprintf("%s (lease held by %s, client's neighbour entry %q, agents %s, published %s): %v",
+		after.Round(100*time.Millisecond), holder, c.clientNeighbour(), c.agentViews(ctx), c.publishedEndpoints(ctx, exp), err)
 }
 
 // outageTail is how many requests are sent after the outage settled and after the endpoint is published as ready
@@ -497,8 +510,7 @@ func (c *Cluster) StopOneAPIServer(ctx context.Context, exp *extensionsv1alpha1.
 			tail++
 			if attemptErr != nil {
 				o.FailedAfterSettled++
-				o.Failures = append(o.Failures, fmt.Sprintf("%s (lease held by %s, client's neighbour entry %q, agents %s, published %s): %v",
-					o.LastFailure.Round(100*time.Millisecond), now, c.clientNeighbour(), c.agentViews(ctx), c.publishedEndpoints(ctx, exp), attemptErr))
+				o.Failures = append(o.Failures, c.failure(ctx, exp, o.LastFailure, attemptErr))
 			}
 		}
 		return o.Attempts >= attempts && tail >= outageTail && o.SucceededAtEnd >= outageTail, nil
@@ -524,8 +536,9 @@ func (c *Cluster) StopOneAPIServer(ctx context.Context, exp *extensionsv1alpha1.
 			o.Back = time.Since(start)
 		}
 		o.BackAttempts++
-		if c.attempt(ctx) != nil {
+		if err := c.attempt(ctx); err != nil {
 			o.BackFailed++
+			o.BackFailures = append(o.BackFailures, c.failure(ctx, exp, time.Since(start), err))
 		}
 		if o.Back > 0 {
 			tail++

@@ -202,7 +202,7 @@ func vipWithOneAPIServerDown(t *testing.T, exp *extensionsv1alpha1.SelfHostedSho
 				t.Logf("%d new connections through the VIP failed after %s's endpoint was published as not ready: %v", o.FailedAfterSettled, o.Node, o.Failures)
 			}
 			if o.Back == 0 || o.BackFailed > 0 {
-				t.Errorf("after %s's kube-apiserver came back: published ready after %s, %d of %d requests failed", o.Node, o.Back, o.BackFailed, o.BackAttempts)
+				t.Errorf("after %s's kube-apiserver came back: published ready after %s, %d of %d requests failed: %v", o.Node, o.Back, o.BackFailed, o.BackAttempts, o.BackFailures)
 			}
 			t.Logf("%s's kube-apiserver down, its node up: %d of %d new connections through the VIP failed, the last %s after the stop; "+
 				"published not ready after %s; lease held by %s, then %s (moved after %s); back: published ready after %s, %d of %d failed",
