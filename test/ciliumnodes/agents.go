@@ -229,7 +229,8 @@ func (c *Cluster) configure(ctx context.Context, chart Chart, lease *LeaseTiming
 		if lease != nil {
 			return stored == lease.Duration.String(), nil
 		}
-		return stored != "" && (c.configuredLease == nil || stored != c.configuredLease.Duration.String()), nil
+		// Without timings of its own the webhook writes the exposure's, none at all for a BGP exposure.
+		return c.configuredLease == nil || stored != c.configuredLease.Duration.String(), nil
 	}); err != nil {
 		return fmt.Errorf("cilium-config with lease timings %s: its lease duration is %q: %w", lease, stored, err)
 	}

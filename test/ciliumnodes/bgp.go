@@ -23,7 +23,6 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/frr"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/repo"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
 )
 
 // The top-of-rack router of the BGP cases: tor-a of docs/bgp.md and example/shoot-gardenadm-bgp.yaml, on the nodes'
@@ -154,6 +153,15 @@ func (r *Router) Via(sport int) (string, error) {
 	return "", nil
 }
 
+// NeighbourTable is the router's ARP table on the nodes' segment.
+func (r *Router) NeighbourTable() string {
+	out, err := exec.Command("ip", "-n", r.ns.Name(), "neigh", "show", "dev", "eth0").CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("unreadable: %v: %s", err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
 // ReadyzFromRemote sends GET /readyz through the VIP from the client behind the router, from its port sport (0: any),
 // verifying kube-apiserver's certificate under the shoot's API name as every client of the VIP does.
 func (c *Cluster) ReadyzFromRemote(ctx context.Context, r *Router, sport int) (string, error) {
@@ -199,8 +207,5 @@ func (c *Cluster) Announce(ctx context.Context, exp *extensionsv1alpha1.SelfHost
 	if err := c.env.UpdateShoot(ctx, func(shoot *gardencorev1beta1.Shoot) { fixtures.WithExposureConfig(shoot, providerConfig) }); err != nil {
 		return err
 	}
-	if err := c.env.RequestReconcile(ctx, exp, func(*extensionsv1alpha1.SelfHostedShootExposure) {}); err != nil {
-		return err
-	}
-	return testenv.WaitUntilReady(ctx, c.env.Client, exp, 3*time.Minute)
+	return c.env.ReconcileAndWait(ctx, exp, 3*time.Minute)
 }

@@ -100,7 +100,7 @@ func bgpAdvertised(t *testing.T, router *ciliumnodes.Router, line ciliumnodes.Ch
 		}
 		via[hop]++
 		if _, err := cluster.ReadyzFromRemote(ctx, router, sport); err != nil {
-			failures = append(failures, hop+": "+err.Error())
+			failures = append(failures, hop+": "+err.Error()+" (the router's neighbours: "+router.NeighbourTable()+")")
 		}
 	}
 	if len(failures) > 0 {

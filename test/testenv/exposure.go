@@ -8,12 +8,14 @@ import (
 
 	"github.com/go-logr/logr"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
 	v1beta1constants "github.com/gardener/gardener/pkg/apis/core/v1beta1/constants"
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 	"github.com/gardener/gardener/pkg/extensions"
+	"github.com/gardener/gardener/pkg/utils/kubernetes/health"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
 )
@@ -40,6 +42,26 @@ func (e *Env) RequestReconcile(ctx context.Context, exp *extensionsv1alpha1.Self
 func WaitUntilReady(ctx context.Context, c client.Client, exp *extensionsv1alpha1.SelfHostedShootExposure, timeout time.Duration) error {
 	return extensions.WaitUntilExtensionObjectReady(ctx, c, logr.Discard(), exp, extensionsv1alpha1.SelfHostedShootExposureResource,
 		readyPollInterval, timeout, timeout, nil)
+}
+
+// ReconcileAndWait asks for a reconciliation (RequestReconcile) and waits until the exposure is ready from that very
+// reconciliation: its last operation updated since the request as well. Gardener's operation annotation wrapper
+// (pkg/controllerutils/reconciler/operation_annotation_wrapper.go) removes the annotation before the reconciliation
+// writes Processing, so for a moment the object looks ready from the one before.
+func (e *Env) ReconcileAndWait(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, timeout time.Duration) error {
+	if err := e.Client.Get(ctx, client.ObjectKeyFromObject(exp), exp); err != nil {
+		return err
+	}
+	var before metav1.Time
+	if op := exp.Status.LastOperation; op != nil {
+		before = op.LastUpdateTime
+	}
+	if err := e.RequestReconcile(ctx, exp, func(*extensionsv1alpha1.SelfHostedShootExposure) {}); err != nil {
+		return err
+	}
+	return extensions.WaitUntilObjectReadyWithHealthFunction(ctx, e.Client, logr.Discard(),
+		health.And(health.CheckExtensionObject, health.ExtensionOperationHasBeenUpdatedSince(before)), exp,
+		extensionsv1alpha1.SelfHostedShootExposureResource, readyPollInterval, timeout, timeout, nil)
 }
 
 // readyPollInterval is how often WaitUntilReady looks.
