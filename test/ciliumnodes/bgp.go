@@ -153,13 +153,30 @@ func (r *Router) Via(sport int) (string, error) {
 	return "", nil
 }
 
-// NeighbourTable is the router's ARP table on the nodes' segment.
-func (r *Router) NeighbourTable() string {
-	out, err := exec.Command("ip", "-n", r.ns.Name(), "neigh", "show", "dev", "eth0").CombinedOutput()
-	if err != nil {
-		return fmt.Sprintf("unreadable: %v: %s", err, out)
+// UnreachablesSent counts, per host (the router and each node), the ICMP destination-unreachable messages its kernel
+// has sent: where a "no route to host" comes from, when it is the kernel's (Cilium's BPF programs send theirs apart).
+func (c *Cluster) UnreachablesSent() map[string]int {
+	count := func(ns string) int {
+		out, err := exec.Command("ip", "netns", "exec", ns, "nstat", "-asz", "IcmpOutDestUnreachs").Output()
+		if err != nil {
+			return -1
+		}
+		for line := range strings.Lines(string(out)) {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "IcmpOutDestUnreachs" {
+				n, _ := strconv.Atoi(f[1])
+				return n
+			}
+		}
+		return 0
 	}
-	return strings.TrimSpace(string(out))
+	sent := map[string]int{}
+	if c.router != nil {
+		sent["tor-a"] = count(c.router.ns.Name())
+	}
+	for _, n := range c.Nodes() {
+		sent[n.Name] = count(n.sandbox.Name)
+	}
+	return sent
 }
 
 // ReadyzFromRemote sends GET /readyz through the VIP from the client behind the router, from its port sport (0: any),
