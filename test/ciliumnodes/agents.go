@@ -357,4 +357,14 @@ func (c *Cluster) Run(ctx context.Context, want Agents) (map[string]*corev1.Pod,
 	return inst.pods, nil
 }
 
+// Chart is the chart whose agents run ("" before Run).
+func (c *Cluster) Chart() Chart {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.running == nil {
+		return ""
+	}
+	return c.running.Chart
+}
+
 func sameLease(a, b *LeaseTimings) bool { return a == b || (a != nil && b != nil && *a == *b) }

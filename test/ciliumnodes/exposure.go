@@ -445,7 +445,7 @@ func (c *Cluster) failure(ctx context.Context, exp *extensionsv1alpha1.SelfHoste
 		holder = "unknown"
 	}
 	return fmt.Sprintf("%s (lease held by %s, client's neighbour entry %q, agents %s, published %s): %v",
-		after.Round(100*time.Millisecond), holder, c.clientNeighbour(), c.agentViews(ctx), c.publishedEndpoints(ctx, exp), err)
+		after.Round(100*time.Millisecond), holder, c.clientNeighbour(), c.AgentViews(ctx), c.publishedEndpoints(ctx, exp), err)
 }
 
 // outageTail is how many requests are sent after the outage settled and after the endpoint is published as ready
@@ -564,9 +564,9 @@ func (c *Cluster) clientNeighbour() string {
 	return entry
 }
 
-// agentViews says, for every control-plane node, which backends its agent load-balances the VIP to and which
+// AgentViews says, for every control-plane node, which backends its agent load-balances the VIP to and which
 // kube-apiservers it is connected to.
-func (c *Cluster) agentViews(ctx context.Context) string {
+func (c *Cluster) AgentViews(ctx context.Context) string {
 	var views []string
 	for _, n := range c.Nodes() {
 		if n.ControlPlane {
