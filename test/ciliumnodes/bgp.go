@@ -10,12 +10,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
@@ -38,10 +42,25 @@ const (
 	routerRemoteIP = "172.30.0.1"
 )
 
-// ExposureConfigBGP is the exposure's providerConfig that advertises fixtures.ExposureVIP to the router.
-var ExposureConfigBGP = `{"apiVersion":"cilium-selfhosted.extensions.gardener.cloud/v1alpha1","kind":"ExposureConfig",` +
-	`"announcement":"BGP","pool":{"cidrs":["203.0.113.0/28"]},"loadBalancerIPs":["` + fixtures.ExposureVIP + `"],` +
-	`"bgp":{"localASN":` + strconv.Itoa(NodesASN) + `,"peers":[{"name":"tor-a","address":"` + RouterIP + `","asn":` + strconv.Itoa(RouterASN) + `}]}}`
+// ExposureConfigBGP is the exposure's providerConfig that advertises fixtures.ExposureVIP to the router, with the peer's
+// default timers.
+var ExposureConfigBGP = ExposureConfigBGPTimers(0, 0)
+
+// ExposureConfigBGPTimers is ExposureConfigBGP with the peer's hold time and keepalive interval in seconds (0: the
+// default).
+func ExposureConfigBGPTimers(hold, keepalive int) string {
+	timers := ""
+	if hold > 0 {
+		timers += `,"holdTimeSeconds":` + strconv.Itoa(hold)
+	}
+	if keepalive > 0 {
+		timers += `,"keepAliveTimeSeconds":` + strconv.Itoa(keepalive)
+	}
+	return `{"apiVersion":"cilium-selfhosted.extensions.gardener.cloud/v1alpha1","kind":"ExposureConfig",` +
+		`"announcement":"BGP","pool":{"cidrs":["203.0.113.0/28"]},"loadBalancerIPs":["` + fixtures.ExposureVIP + `"],` +
+		`"bgp":{"localASN":` + strconv.Itoa(NodesASN) + `,"peers":[{"name":"tor-a","address":"` + RouterIP + `","asn":` +
+		strconv.Itoa(RouterASN) + timers + `}]}}`
+}
 
 // Router is the BGP router on the nodes' segment and the client behind it.
 type Router struct {
@@ -49,7 +68,13 @@ type Router struct {
 	// Remote is the client's network namespace behind the router.
 	Remote *podrun.Netns
 	ns     *podrun.Netns
+	// sourcePort is the last source port a connection from Remote used: each gets one of its own, none of them in
+	// TIME_WAIT from an earlier one.
+	sourcePort atomic.Int32
 }
+
+// NextSourcePort is a source port for a new connection from Remote that no earlier one used lately.
+func (r *Router) NextSourcePort() int { return 40000 + int(r.sourcePort.Add(1)%20000) }
 
 // StartRouter plugs the router into the nodes' segment with the client network behind it, gives every node a route
 // to that network through it (Cilium imports no BGP route), and runs FRR with the configuration docs/bgp.md gives
@@ -225,4 +250,110 @@ func (c *Cluster) Announce(ctx context.Context, exp *extensionsv1alpha1.SelfHost
 		return err
 	}
 	return c.env.ReconcileAndWait(ctx, exp, 3*time.Minute)
+}
+
+// BGPFailure is how a control-plane node stops advertising the VIP.
+type BGPFailure string
+
+const (
+	// NodeLinkDown and NodeHung are the node deaths of the L2 failover (Death).
+	NodeLinkDown = BGPFailure(LinkDown)
+	NodeHung     = BGPFailure(Hung)
+	// AgentKilled: the agent dies at once, the node staying up (its kernel closes the agent's sessions).
+	AgentKilled BGPFailure = "agent killed"
+	// AgentStopped: the agent is stopped as kubelet stops it, with SIGTERM.
+	AgentStopped BGPFailure = "agent stopped (SIGTERM)"
+)
+
+// Withdrawal is what one control-plane node's failure did to the router's route to the VIP and to new connections
+// through it.
+type Withdrawal struct {
+	Node    string
+	Failure BGPFailure
+	// Withdrawn is how long after the failure the router's route to the VIP stopped going via the node (0: not within
+	// the window); Others are the other nodes' next hops that left the route meanwhile.
+	Withdrawn time.Duration
+	Others    []string
+	// Attempts and Succeeded count the new connections through the VIP from behind the router, one started every
+	// withdrawalAttemptInterval from the failure on.
+	Attempts, Succeeded int
+}
+
+const (
+	// withdrawalAttempts is how many new connections at least go through the VIP while a node fails.
+	withdrawalAttempts        = 30
+	withdrawalAttemptInterval = 100 * time.Millisecond
+)
+
+// FailBGPNode fails the control-plane node name as failure says and watches the router's route to the VIP every 20
+// ms until the node is no longer a next hop, for at most window, while new connections go through the VIP from behind
+// the router (each with a 2 s timeout, started in parallel). The node stays failed until the next Run.
+func (c *Cluster) FailBGPNode(ctx context.Context, r *Router, name string, failure BGPFailure, window time.Duration) (Withdrawal, error) {
+	w := Withdrawal{Node: name, Failure: failure}
+	n := c.nodes[name]
+	if n == nil || !n.ControlPlane {
+		return w, fmt.Errorf("%s is no control-plane node", name)
+	}
+	before, err := r.NextHops(fixtures.ExposureVIP)
+	if err != nil {
+		return w, err
+	}
+	if !slices.Contains(before, n.IP) {
+		return w, fmt.Errorf("the router's route to the VIP goes via %v, not via %s's %s", before, name, n.IP)
+	}
+	c.disturb(name)
+	var start time.Time
+	switch failure {
+	case NodeLinkDown, NodeHung:
+		if start, err = n.die(Death(failure)); err != nil {
+			return w, err
+		}
+	case AgentKilled:
+		start = time.Now()
+		n.Kill()
+	case AgentStopped:
+		start = time.Now()
+		go n.Stop()
+	default:
+		return w, fmt.Errorf("unknown failure %q", failure)
+	}
+	var attempts sync.WaitGroup
+	var succeeded atomic.Int32
+	attempt := func() {
+		w.Attempts++
+		sport := r.NextSourcePort()
+		attempts.Go(func() {
+			actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			if _, err := c.ReadyzFromRemote(actx, r, sport); err == nil {
+				succeeded.Add(1)
+			}
+		})
+	}
+	lastAttempt := time.Time{}
+	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, window, true, func(context.Context) (bool, error) {
+		if time.Since(lastAttempt) >= withdrawalAttemptInterval {
+			attempt()
+			lastAttempt = time.Now()
+		}
+		hops, err := r.NextHops(fixtures.ExposureVIP)
+		if err != nil {
+			return false, err
+		}
+		for _, ip := range before {
+			if ip != n.IP && !slices.Contains(hops, ip) && !slices.Contains(w.Others, ip) {
+				w.Others = append(w.Others, ip)
+			}
+		}
+		if w.Withdrawn == 0 && !slices.Contains(hops, n.IP) {
+			w.Withdrawn = time.Since(start)
+		}
+		return w.Withdrawn > 0 && w.Attempts >= withdrawalAttempts, nil
+	})
+	attempts.Wait()
+	w.Succeeded = int(succeeded.Load())
+	if err != nil && !wait.Interrupted(err) {
+		return w, err
+	}
+	return w, nil
 }

@@ -535,27 +535,17 @@ func (n *Node) SwitchAPIServer(on bool) error {
 }
 
 // die kills the node as death says, its agent without a chance to hand anything over, and returns when it died: the
-// moment its link went down, or its agent was killed before it went silent.
+// moment its link went down or its switch port stopped forwarding. Its agent is killed after that, so that nothing it
+// sends as it ends (the FIN of a BGP session) leaves the node.
 //
 // A node whose link is down keeps running, but its kube-apiserver reaches no etcd quorum and answers nobody, its own
 // extension pod included: here it is switched off. A hung node runs nothing: its extension pod is frozen.
 func (n *Node) die(death Death) (time.Time, error) {
-	if death == LinkDown {
-		if err := n.SetLink(false); err != nil {
-			return time.Time{}, err
-		}
-	}
 	start := time.Now()
-	n.Kill()
 	switch death {
 	case LinkDown:
-		if n.ControlPlane {
-			if err := n.SwitchAPIServer(false); err != nil {
-				return start, err
-			}
-			n.mu.Lock()
-			n.apiServerDown = true
-			n.mu.Unlock()
+		if err := n.SetLink(false); err != nil {
+			return start, err
 		}
 	case Hung:
 		if err := n.freezeExtension(true); err != nil {
@@ -564,6 +554,15 @@ func (n *Node) die(death Death) (time.Time, error) {
 		if err := n.silence(); err != nil {
 			return start, err
 		}
+	}
+	n.Kill()
+	if death == LinkDown && n.ControlPlane {
+		if err := n.SwitchAPIServer(false); err != nil {
+			return start, err
+		}
+		n.mu.Lock()
+		n.apiServerDown = true
+		n.mu.Unlock()
 	}
 	return start, nil
 }

@@ -158,6 +158,29 @@ func (r *Router) Neighbors(ctx context.Context) ([]Neighbor, error) {
 	return neighbors, nil
 }
 
+// HoldTimes are the negotiated hold times of the established sessions by neighbour address (`show bgp neighbors
+// json`).
+func (r *Router) HoldTimes(ctx context.Context) (map[string]time.Duration, error) {
+	out, err := r.Vtysh(ctx, "show bgp neighbors json")
+	if err != nil {
+		return nil, err
+	}
+	var neighbors map[string]struct {
+		State         string `json:"bgpState"`
+		HoldTimeMsecs int    `json:"bgpTimerHoldTimeMsecs"`
+	}
+	if err := json.Unmarshal(out, &neighbors); err != nil {
+		return nil, fmt.Errorf("decoding bgpd's neighbours: %w: %s", err, out)
+	}
+	holds := map[string]time.Duration{}
+	for addr, n := range neighbors {
+		if n.State == "Established" {
+			holds[addr] = time.Duration(n.HoldTimeMsecs) * time.Millisecond
+		}
+	}
+	return holds, nil
+}
+
 // NextHops are the gateways of the router's kernel route to prefix (one per path of a multipath route), none when
 // the kernel has no such route: what zebra installed from bgpd's best paths.
 func (r *Router) NextHops(prefix string) ([]string, error) {
