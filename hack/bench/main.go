@@ -35,12 +35,13 @@ func main() {
 	out := flag.String("out", "bench/results", "where to write the results")
 	version := flag.String("cilium-version", "1.19.7", "the Cilium chart and operator")
 	rerender := flag.String("render", "", "only write the Markdown of an earlier JSON result")
-	flag.StringVar(&only, "sections", "1,2,3,4,6,7,8,9", "the sections to run (5, memory, comes with 3 and 4)")
+	flag.StringVar(&only, "sections", "1,2,3,4,6,7,8,9,10", "the sections to run (5, memory, comes with 3 and 4)")
 	failovers := flag.Int("failovers", 10, "how many failovers section 6 measures per way of dying and lease timing")
 	flips := flag.Int("flips", 20, "how often section 7 takes an endpoint's kube-apiserver away and back")
 	reconnects := flag.Int("reconnects", 3, "how often section 8 ends a worker agent's connection to kube-apiserver per way and client setting")
 	repins := flag.Int("repins", 5, "how often section 9 moves every control-plane node to a new address")
 	rollouts := flag.Int("rollouts", 3, "how often section 6 rolls the agent DaemonSet")
+	withdrawals := flag.Int("withdrawals", 10, "how often section 10 fails a control-plane node per way of failing and timer profile")
 	flag.StringVar(&profileDir, "profile", "", "write CPU profiles of kube-apiserver during sections 3 and 4 here")
 	floorsDir := flag.String("serve-floors", "", "internal: serve section 3's floor webhooks, writing their URL and CA into this directory")
 	flag.Parse()
@@ -66,7 +67,7 @@ func main() {
 	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 
 	r := &report{Date: time.Now().UTC().Format("2006-01-02 15:04 MST"), Machine: machine()}
-	if err := run(r, *version, counts{failovers: *failovers, flips: *flips, reconnects: *reconnects, repins: *repins, rollouts: *rollouts}); err != nil {
+	if err := run(r, *version, counts{failovers: *failovers, flips: *flips, reconnects: *reconnects, repins: *repins, rollouts: *rollouts, withdrawals: *withdrawals}); err != nil {
 		fmt.Fprintln(os.Stderr, "bench failed:", err)
 		os.Exit(1)
 	}
@@ -79,7 +80,7 @@ func main() {
 }
 
 // counts say how often the sections with real agents repeat what they measure.
-type counts struct{ failovers, flips, reconnects, repins, rollouts int }
+type counts struct{ failovers, flips, reconnects, repins, rollouts, withdrawals int }
 
 func run(r *report, version string, n counts) error {
 	f, err := newFixture(version)
@@ -122,6 +123,12 @@ func run(r *report, version string, n counts) error {
 	if runs("9") {
 		fmt.Println("==> 9. agents re-pinned after the control-plane nodes moved")
 		if err := agentRepins(r, n.repins); err != nil {
+			return err
+		}
+	}
+	if runs("10") {
+		fmt.Println("==> 10. BGP withdrawal with Cilium's real agents and FRR")
+		if err := bgpWithdrawals(r, n.withdrawals); err != nil {
 			return err
 		}
 	}

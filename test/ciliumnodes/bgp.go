@@ -178,6 +178,22 @@ func (r *Router) Via(sport int) (string, error) {
 	return "", nil
 }
 
+// WaitForEveryNextHop waits until the router's route to the VIP goes via every control-plane node and no other.
+func (r *Router) WaitForEveryNextHop(ctx context.Context) error {
+	var hops []string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		var err error
+		hops, err = r.NextHops(fixtures.ExposureVIP)
+		slices.Sort(hops)
+		return slices.Equal(hops, fixtures.ControlPlaneIPs), err
+	})
+	if err != nil {
+		neighbors, _ := r.Neighbors(ctx)
+		return fmt.Errorf("the router's route to the VIP goes via %v, want every control-plane node %v: %w; neighbours %+v\n%s", hops, fixtures.ControlPlaneIPs, err, neighbors, r.Log())
+	}
+	return nil
+}
+
 // UnreachablesSent counts, per host (the router and each node), the ICMP destination-unreachable messages its kernel
 // has sent: where a "no route to host" comes from, when it is the kernel's (Cilium's BPF programs send theirs apart).
 func (c *Cluster) UnreachablesSent() map[string]int {

@@ -108,7 +108,7 @@ func bgpAdvertised(t *testing.T, router *ciliumnodes.Router, line ciliumnodes.Ch
 	if _, err := cluster.Run(ctx, ciliumnodes.Agents{Chart: line}); err != nil {
 		t.Fatal(err)
 	}
-	if err := waitForEveryNextHop(ctx, router); err != nil {
+	if err := router.WaitForEveryNextHop(ctx); err != nil {
 		t.Fatal(err)
 	}
 	neighbors, err := router.Neighbors(ctx)
@@ -188,7 +188,7 @@ func bgpWithdrawals(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposur
 				if _, err := cluster.Run(ctx, ciliumnodes.Agents{}); err != nil {
 					t.Fatal(err)
 				}
-				if err := waitForEveryNextHop(ctx, router); err != nil {
+				if err := router.WaitForEveryNextHop(ctx); err != nil {
 					t.Fatal(err)
 				}
 				holds, err := router.HoldTimes(ctx)
@@ -220,20 +220,4 @@ func bgpWithdrawals(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposur
 			})
 		}
 	}
-}
-
-// waitForEveryNextHop waits until the router's route to the VIP goes via every control-plane node.
-func waitForEveryNextHop(ctx context.Context, router *ciliumnodes.Router) error {
-	var hops []string
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
-		var err error
-		hops, err = router.NextHops(fixtures.ExposureVIP)
-		slices.Sort(hops)
-		return slices.Equal(hops, fixtures.ControlPlaneIPs), err
-	})
-	if err != nil {
-		neighbors, _ := router.Neighbors(ctx)
-		return fmt.Errorf("the router's route to the VIP goes via %v, want every control-plane node %v: %w; neighbours %+v\n%s", hops, fixtures.ControlPlaneIPs, err, neighbors, router.Log())
-	}
-	return nil
 }
