@@ -77,7 +77,7 @@ type Router struct {
 func (r *Router) NextSourcePort() int { return 40000 + int(r.sourcePort.Add(1)%20000) }
 
 // StartRouter plugs the router into the nodes' segment with the client network behind it, gives every node a route
-// to that network through it (Cilium imports no BGP route), and runs FRR with the configuration docs/bgp.md gives
+// to that network (Cilium imports no BGP route) and to the VIP through it, and runs FRR with the configuration docs/bgp.md gives
 // operators, verbatim. Close stops it; so does StopRouter.
 func (c *Cluster) StartRouter(ctx context.Context) (*Router, error) {
 	c.mu.Lock()
@@ -113,9 +113,14 @@ func (c *Cluster) StartRouter(ctx context.Context) (*Router, error) {
 			return nil, fmt.Errorf("setting the router up: %w", err)
 		}
 	}
+	// The router is the nodes' gateway now: the VIP, which a node's load balancer serves (or its socket load-balancing
+	// translates, or the forbidden-address counter rejects when a node dials it), goes there too, as with a default
+	// route, rather than being looked up on the segment.
 	for _, n := range c.Nodes() {
-		if err := n.sandbox.IP("route", "replace", RemoteNetwork, "via", RouterIP); err != nil {
-			return nil, fmt.Errorf("the route of %s to %s: %w", n.Name, RemoteNetwork, err)
+		for _, dst := range []string{RemoteNetwork, fixtures.ExposureVIP + "/32"} {
+			if err := n.sandbox.IP("route", "replace", dst, "via", RouterIP); err != nil {
+				return nil, fmt.Errorf("the route of %s to %s: %w", n.Name, dst, err)
+			}
 		}
 	}
 	if r.Router, err = frr.Start(ctx, r.ns, filepath.Join(c.cgroups, "router"), conf); err != nil {
