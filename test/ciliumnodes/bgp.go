@@ -273,6 +273,18 @@ func (c *Cluster) Announce(ctx context.Context, exp *extensionsv1alpha1.SelfHost
 	return c.env.ReconcileAndWait(ctx, exp, 3*time.Minute)
 }
 
+// agentGracePeriod is the termination grace period of the agent pod that runs on node.
+func (c *Cluster) agentGracePeriod(node string) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.running != nil {
+		if pod := c.installed[c.running.Chart].pods[node]; pod != nil && pod.Spec.TerminationGracePeriodSeconds != nil {
+			return time.Duration(*pod.Spec.TerminationGracePeriodSeconds) * time.Second
+		}
+	}
+	return 30 * time.Second // Kubernetes' default
+}
+
 // BGPFailure is how a control-plane node stops advertising the VIP.
 type BGPFailure string
 
@@ -296,8 +308,10 @@ type Withdrawal struct {
 	Withdrawn time.Duration
 	Others    []string
 	// Attempts and Succeeded count the new connections through the VIP from behind the router, one started every
-	// withdrawalAttemptInterval from the failure on.
+	// withdrawalAttemptInterval from the failure on; Failures say when each failed one started, the next hop the router
+	// picked for it, and how it failed.
 	Attempts, Succeeded int
+	Failures            []string
 }
 
 const (
@@ -333,21 +347,34 @@ func (c *Cluster) FailBGPNode(ctx context.Context, r *Router, name string, failu
 		start = time.Now()
 		n.Kill()
 	case AgentStopped:
+		// As kubelet stops a container: SIGTERM, SIGKILL after the pod's grace period.
+		grace := c.agentGracePeriod(name)
 		start = time.Now()
-		go n.Stop()
+		go func() {
+			stopCtx, cancel := context.WithTimeout(context.Background(), grace)
+			defer cancel()
+			n.stopAgent(stopCtx)
+		}()
 	default:
 		return w, fmt.Errorf("unknown failure %q", failure)
 	}
 	var attempts sync.WaitGroup
-	var succeeded atomic.Int32
+	var mu sync.Mutex
 	attempt := func() {
 		w.Attempts++
 		sport := r.NextSourcePort()
+		at := time.Since(start)
+		hop, _ := r.Via(sport)
 		attempts.Go(func() {
 			actx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
-			if _, err := c.ReadyzFromRemote(actx, r, sport); err == nil {
-				succeeded.Add(1)
+			_, err := c.ReadyzFromRemote(actx, r, sport)
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				w.Succeeded++
+			} else {
+				w.Failures = append(w.Failures, fmt.Sprintf("%s via %s: %v", at.Round(10*time.Millisecond), hop, err))
 			}
 		})
 	}
@@ -372,7 +399,7 @@ func (c *Cluster) FailBGPNode(ctx context.Context, r *Router, name string, failu
 		return w.Withdrawn > 0 && w.Attempts >= withdrawalAttempts, nil
 	})
 	attempts.Wait()
-	w.Succeeded = int(succeeded.Load())
+	slices.Sort(w.Failures)
 	if err != nil && !wait.Interrupted(err) {
 		return w, err
 	}

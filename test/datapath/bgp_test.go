@@ -213,7 +213,7 @@ func bgpWithdrawals(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposur
 					t.Errorf("the route lost other nodes' next hops too: %v", w.Others)
 				}
 				if 2*w.Succeeded < w.Attempts {
-					t.Errorf("only %d of %d new connections through the VIP succeeded while %s failed", w.Succeeded, w.Attempts, node)
+					t.Errorf("only %d of %d new connections through the VIP succeeded while %s failed: %v", w.Succeeded, w.Attempts, node, w.Failures)
 				}
 				t.Logf("%s (%s, hold %s): the router withdrew its route after %s; %d of %d new connections succeeded meanwhile",
 					node, failure, hold, w.Withdrawn.Round(10*time.Millisecond), w.Succeeded, w.Attempts)
