@@ -24,10 +24,10 @@ const attemptsChain = "FORBIDDEN-APISERVER"
 // what is counted here are the dials it does not translate (before the agent's programs are attached, or on a node
 // without them); a translated ClusterIP connection reaches the `kubernetes` Service's backend, which is a trap
 // (ServiceBackendHits), and a translated VIP connection shows as a socket to a control-plane node (APIServerPeers).
-func countAttempts(ns *podrun.Netns) error {
+func countAttempts(ns *podrun.Netns, route func(args ...string) error) error {
 	for _, addr := range forbidden {
 		ip, _, _ := strings.Cut(addr, ":")
-		if err := ns.IP("route", "add", ip+"/32", "dev", "eth0"); err != nil {
+		if err := route(ip+"/32", "dev", "eth0"); err != nil {
 			return err
 		}
 	}

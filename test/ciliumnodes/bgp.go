@@ -118,7 +118,7 @@ func (c *Cluster) StartRouter(ctx context.Context) (*Router, error) {
 	// route, rather than being looked up on the segment.
 	for _, n := range c.Nodes() {
 		for _, dst := range []string{RemoteNetwork, fixtures.ExposureVIP + "/32"} {
-			if err := n.sandbox.IP("route", "replace", dst, "via", RouterIP); err != nil {
+			if err := n.route(dst, "via", RouterIP); err != nil {
 				return nil, fmt.Errorf("the route of %s to %s: %w", n.Name, dst, err)
 			}
 		}

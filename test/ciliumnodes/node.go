@@ -72,6 +72,21 @@ type Node struct {
 	silenced bool
 	// moved: the node's address changed under its running agent, which the next Run starts afresh.
 	moved bool
+	// routes are the node's static routes (`ip route replace` arguments), which come back with its link.
+	routes [][]string
+}
+
+// route adds a static route of the node (`ip route replace` with args, the destination first), which its network
+// configuration adds again whenever its link comes up: the kernel drops the routes over a link that goes down.
+func (n *Node) route(args ...string) error {
+	if err := n.sandbox.IP(append([]string{"route", "replace"}, args...)...); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.routes = slices.DeleteFunc(n.routes, func(r []string) bool { return r[0] == args[0] })
+	n.routes = append(n.routes, args)
+	return nil
 }
 
 // agentFlags are the settings a node here cannot take from the chart: its device, tunnel routing (no routes between
@@ -135,7 +150,7 @@ func (c *Cluster) newNode(ctx context.Context, name string, index int) (*Node, e
 	if err := ns.IP("addr", "add", slice.Endpoints[0].Addresses[0]+"/32", "dev", "lo"); err != nil {
 		return nil, err
 	}
-	if err := countAttempts(ns); err != nil {
+	if err := countAttempts(ns, n.route); err != nil {
 		return nil, err
 	}
 	addresses := map[string]string{n.serviceBackend: ""}
@@ -600,13 +615,24 @@ func (n *Node) revive() error {
 	return n.SetLink(true)
 }
 
-// SetLink brings the node's eth0 up or down.
+// SetLink brings the node's eth0 up or down; up, with its static routes again.
 func (n *Node) SetLink(up bool) error {
 	state := "down"
 	if up {
 		state = "up"
 	}
-	return n.sandbox.IP("link", "set", "eth0", state)
+	if err := n.sandbox.IP("link", "set", "eth0", state); err != nil || !up {
+		return err
+	}
+	n.mu.Lock()
+	routes := slices.Clone(n.routes)
+	n.mu.Unlock()
+	for _, r := range routes {
+		if err := n.sandbox.IP(append([]string{"route", "replace"}, r...)...); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // MAC is the MAC address of the node's eth0.
