@@ -72,14 +72,15 @@ type Node struct {
 	silenced bool
 	// moved: the node's address changed under its running agent, which the next Run starts afresh.
 	moved bool
-	// routes are the node's static routes (`ip route replace` arguments), which come back with its link.
+	// routes are the node's static routes (`ip route replace` arguments) in netns, which come back with its link.
 	routes [][]string
+	netns  *podrun.Netns
 }
 
 // route adds a static route of the node (`ip route replace` with args, the destination first), which its network
 // configuration adds again whenever its link comes up: the kernel drops the routes over a link that goes down.
 func (n *Node) route(args ...string) error {
-	if err := n.sandbox.IP(append([]string{"route", "replace"}, args...)...); err != nil {
+	if err := n.netns.IP(append([]string{"route", "replace"}, args...)...); err != nil {
 		return err
 	}
 	n.mu.Lock()
@@ -150,6 +151,7 @@ func (c *Cluster) newNode(ctx context.Context, name string, index int) (*Node, e
 	if err := ns.IP("addr", "add", slice.Endpoints[0].Addresses[0]+"/32", "dev", "lo"); err != nil {
 		return nil, err
 	}
+	n.netns = ns
 	if err := countAttempts(ns, n.route); err != nil {
 		return nil, err
 	}
@@ -628,7 +630,7 @@ func (n *Node) SetLink(up bool) error {
 	routes := slices.Clone(n.routes)
 	n.mu.Unlock()
 	for _, r := range routes {
-		if err := n.sandbox.IP(append([]string{"route", "replace"}, r...)...); err != nil {
+		if err := n.netns.IP(append([]string{"route", "replace"}, r...)...); err != nil {
 			return err
 		}
 	}
