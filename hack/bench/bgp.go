@@ -73,6 +73,9 @@ func withdrawalRuns(ctx context.Context, r *report, cluster *ciliumnodes.Cluster
 		if err := router.WaitForEveryNextHop(ctx); err != nil {
 			return err
 		}
+		if _, _, err := cluster.ServedViaEveryNode(ctx, router); err != nil {
+			return err
+		}
 		node := fixtures.Nodes()[i%len(fixtures.ControlPlaneIPs)].Name
 		hold := time.Duration(p.hold) * time.Second
 		w, err := cluster.FailBGPNode(ctx, router, node, failure, hold+30*time.Second)

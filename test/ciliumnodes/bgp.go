@@ -199,6 +199,33 @@ func (r *Router) WaitForEveryNextHop(ctx context.Context) error {
 	return nil
 }
 
+// ServedViaEveryNode sends new connections through the VIP from behind the router until one has worked via each
+// control-plane node, for at most a minute, and says how long that took and which failed before: a node advertises
+// the VIP before its load balancer may serve it.
+func (c *Cluster) ServedViaEveryNode(ctx context.Context, r *Router) (time.Duration, []string, error) {
+	start := time.Now()
+	served := map[string]bool{}
+	var early []string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		sport := r.NextSourcePort()
+		hop, err := r.Via(sport)
+		if err != nil {
+			return false, err
+		}
+		if _, err := c.ReadyzFromRemote(ctx, r, sport); err != nil {
+			early = append(early, fmt.Sprintf("%s via %s: %v (ICMP unreachables sent so far: %v; agents %s)",
+				time.Since(start).Round(100*time.Millisecond), hop, err, c.UnreachablesSent(), c.AgentViews(ctx)))
+		} else {
+			served[hop] = true
+		}
+		return len(served) == len(fixtures.ControlPlaneIPs), nil
+	})
+	if err != nil {
+		return time.Since(start), early, fmt.Errorf("HTTPS through the VIP from behind the router did not work via every control-plane node: it did via %v: %w; failures %v", served, err, early)
+	}
+	return time.Since(start), early, nil
+}
+
 // UnreachablesSent counts, per host (the router and each node), the ICMP destination-unreachable messages its kernel
 // has sent: where a "no route to host" comes from, when it is the kernel's (Cilium's BPF programs send theirs apart).
 func (c *Cluster) UnreachablesSent() map[string]int {

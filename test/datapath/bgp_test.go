@@ -2,13 +2,11 @@ package datapath
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumnodes"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
@@ -58,7 +56,10 @@ func TestBGP(t *testing.T) {
 	if len(exp.Status.Ingress) != 1 || exp.Status.Ingress[0].IP != fixtures.ExposureVIP {
 		t.Errorf("status.ingress %+v, want %s", exp.Status.Ingress, fixtures.ExposureVIP)
 	}
-	took, early := servedViaEveryNode(t, router)
+	took, early, err := cluster.ServedViaEveryNode(ctx, router)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("after the switch from L2 (agents of %s running through it), HTTPS through the VIP worked via every node %s after Succeeded; %d connections failed before: %v",
 		through, took.Round(100*time.Millisecond), len(early), early)
 	// The agents that ran through the switch last: each line's start afresh.
@@ -73,34 +74,6 @@ func TestBGP(t *testing.T) {
 	if found, err := frr.InMachineNamespace(); err != nil || len(found) > 0 {
 		t.Errorf("FRR processes in the machine's network namespace: %v (%v)", found, err)
 	}
-}
-
-// servedViaEveryNode sends new connections through the VIP from behind the router until one has worked via each
-// control-plane node, and says how long that took and which failed before. A node advertises the VIP before its load
-// balancer may serve it.
-func servedViaEveryNode(t *testing.T, router *ciliumnodes.Router) (time.Duration, []string) {
-	t.Helper()
-	ctx := context.Background()
-	start := time.Now()
-	served := map[string]bool{}
-	var early []string
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		sport := router.NextSourcePort()
-		hop, err := router.Via(sport)
-		if err != nil {
-			return false, err
-		}
-		if _, err := cluster.ReadyzFromRemote(ctx, router, sport); err != nil {
-			early = append(early, fmt.Sprintf("%s via %s: %v (ICMP unreachables sent so far: %v; agents %s)",
-				time.Since(start).Round(100*time.Millisecond), hop, err, cluster.UnreachablesSent(), cluster.AgentViews(ctx)))
-		} else {
-			served[hop] = true
-		}
-		return len(served) == len(fixtures.ControlPlaneIPs), nil
-	}); err != nil {
-		t.Fatalf("HTTPS through the VIP from behind the router did not work via every control-plane node: it did via %v; failures %v", served, early)
-	}
-	return time.Since(start), early
 }
 
 func bgpAdvertised(t *testing.T, router *ciliumnodes.Router, line ciliumnodes.Chart) {
@@ -125,7 +98,11 @@ func bgpAdvertised(t *testing.T, router *ciliumnodes.Router, line ciliumnodes.Ch
 	if !slices.Equal(established, fixtures.ControlPlaneIPs) {
 		t.Errorf("established sessions with %v (%+v), want exactly the control-plane nodes %v", established, neighbors, fixtures.ControlPlaneIPs)
 	}
-	if took, early := servedViaEveryNode(t, router); len(early) > 0 {
+	took, early, err := cluster.ServedViaEveryNode(ctx, router)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(early) > 0 {
 		t.Logf("HTTPS through the VIP worked via every node after %s; before that: %v", took.Round(100*time.Millisecond), early)
 	}
 
