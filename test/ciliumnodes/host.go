@@ -88,8 +88,9 @@ func SnapshotHost() (*HostState, error) {
 	return s, nil
 }
 
-// leftovers compares the machine with the state before the suite, and lists namespaces and processes of the suite's.
-func (before *HostState) Leftovers(prefix string, agentBinaries ...string) ([]string, error) {
+// Leftovers compares the machine with the state before the suite, and lists namespaces of the suite's and processes
+// of binaries (the agents', the router's daemons) that still run.
+func (before *HostState) Leftovers(prefix string, binaries ...string) ([]string, error) {
 	after, err := SnapshotHost()
 	if err != nil {
 		return nil, err
@@ -124,8 +125,8 @@ func (before *HostState) Leftovers(prefix string, agentBinaries ...string) ([]st
 	}
 	procs, _ := filepath.Glob("/proc/[0-9]*/exe")
 	for _, p := range procs {
-		if exe, err := os.Readlink(p); err == nil && slices.Contains(agentBinaries, exe) {
-			problems = append(problems, "an agent still runs: "+p)
+		if exe, err := os.Readlink(p); err == nil && slices.Contains(binaries, exe) {
+			problems = append(problems, exe+" still runs: "+p)
 		}
 	}
 	return problems, nil

@@ -14,6 +14,7 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumnodes"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/frr"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
 )
@@ -47,6 +48,8 @@ func TestMain(m *testing.M) {
 		}
 		agents = append(agents, agent)
 	}
+	// The router's daemons too: they run in the suite's namespaces and cgroup only (test/frr).
+	agents = append(agents, frr.Zebra, frr.Bgpd)
 	before, err := ciliumnodes.SnapshotHost()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
