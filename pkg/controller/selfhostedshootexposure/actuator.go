@@ -37,6 +37,8 @@ import (
 const (
 	conditionIPAMRequestSatisfied = "cilium.io/IPAMRequestSatisfied"
 	conditionPoolConflict         = "cilium.io/PoolConflict"
+	// conditionPoolIPsUsed counts the pool's addresses that LB-IPAM has allocated (operator/pkg/lbipam/lbipam.go).
+	conditionPoolIPsUsed = "cilium.io/IPsUsed"
 )
 
 // reasonAnnounced is the reason of the event that says which nodes announce the VIP.
@@ -114,7 +116,7 @@ func (a *actuator) Reconcile(ctx context.Context, log logr.Logger, exp *extensio
 		// The Service last, and replaced only now when its class changes: by then the new announcement's objects
 		// exist, and the pool selects no other Service, so nothing can take the VIP in between.
 		if obj == objs.Service {
-			if err := a.replaceServiceOfOtherClass(ctx, log, objs.Service); err != nil {
+			if err := a.replaceServiceOfOtherClass(ctx, log, objs.Service, objs.Pool.Name); err != nil {
 				return nil, err
 			}
 		}
@@ -146,16 +148,38 @@ func (a *actuator) Reconcile(ctx context.Context, log logr.Logger, exp *extensio
 
 // replaceServiceOfOtherClass deletes the Service when the announcement changed: loadBalancerClass is immutable, so
 // switching between L2 and BGP needs a new Service (and LB-IPAM assigns the VIP anew; pin it to keep it).
-func (a *actuator) replaceServiceOfOtherClass(ctx context.Context, log logr.Logger, desired *corev1.Service) error {
+//
+// The new Service has the old one's name, and LB-IPAM keys Services by name: created before LB-IPAM has freed the
+// old one's address, it may take the old one's deletion for its own and never get an address (seen with 1.19's
+// operator). So it is created only once the exposure's pool, which selects no other Service, counts no address used.
+func (a *actuator) replaceServiceOfOtherClass(ctx context.Context, log logr.Logger, desired *corev1.Service, poolName string) error {
 	current := &corev1.Service{}
-	if err := a.reader.Get(ctx, client.ObjectKeyFromObject(desired), current); err != nil {
-		return client.IgnoreNotFound(err)
+	if err := a.reader.Get(ctx, client.ObjectKeyFromObject(desired), current); client.IgnoreNotFound(err) != nil {
+		return err
+	} else if err == nil {
+		if equality.Semantic.DeepEqual(current.Spec.LoadBalancerClass, desired.Spec.LoadBalancerClass) {
+			return nil
+		}
+		log.Info("Replacing the Service: the announcement changed its loadBalancerClass", "from", current.Spec.LoadBalancerClass, "to", *desired.Spec.LoadBalancerClass)
+		if err := a.deleteService(ctx, desired.Namespace, desired.Name, true); err != nil {
+			return err
+		}
 	}
-	if equality.Semantic.DeepEqual(current.Spec.LoadBalancerClass, desired.Spec.LoadBalancerClass) {
-		return nil
+	pool := &ciliumv2.CiliumLoadBalancerIPPool{}
+	released, err := a.poll(ctx, func(ctx context.Context) (bool, error) {
+		if err := a.reader.Get(ctx, client.ObjectKey{Name: poolName}, pool); err != nil {
+			return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+		}
+		c := meta.FindStatusCondition(pool.Status.Conditions, conditionPoolIPsUsed)
+		return c == nil || c.Message == "0", nil
+	})
+	if err != nil {
+		return err
 	}
-	log.Info("Replacing the Service: the announcement changed its loadBalancerClass", "from", current.Spec.LoadBalancerClass, "to", *desired.Spec.LoadBalancerClass)
-	return a.deleteService(ctx, desired.Namespace, desired.Name, true)
+	if !released {
+		return &reconcilerutils.RequeueAfterError{RequeueAfter: time.Second, Cause: fmt.Errorf("waiting until Cilium LB-IPAM has released the VIP of the replaced Service %s/%s (CiliumLoadBalancerIPPool %s counts addresses used)", desired.Namespace, desired.Name, poolName)}
+	}
+	return nil
 }
 
 // waitForIngress returns the Service's ingress once LB-IPAM has assigned it from the exposure's pool, and fails early
