@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,9 +18,7 @@ import (
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/rest"
 
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/frr"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
@@ -265,30 +261,6 @@ func (c *Cluster) ReadyzFromRemote(ctx context.Context, r *Router, sport int) (s
 		return conn, err
 	}
 	return c.readyzThroughVIP(ctx, dial)
-}
-
-// readyzThroughVIP sends GET /readyz to the VIP over dial, verifying the certificate under the shoot's API name.
-func (c *Cluster) readyzThroughVIP(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error)) (string, error) {
-	tlsConfig, err := rest.TLSConfigFor(c.env.Config)
-	if err != nil {
-		return "", err
-	}
-	tlsConfig.ServerName = ciliumchart.ExternalHost
-	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig, DialContext: dial, DisableKeepAlives: true}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+fixtures.ExposureVIP+":443/readyz", nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("%s: %s", resp.Status, body)
-	}
-	return string(body), nil
 }
 
 // Announce sets the exposure's providerConfig in the shoot (as an operator changes the Shoot and gardenlet the

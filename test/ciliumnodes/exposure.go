@@ -3,7 +3,10 @@ package ciliumnodes
 import (
 	"context"
 	"fmt"
+	"io"
 	"maps"
+	"net"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -16,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -199,6 +203,30 @@ func (c *Cluster) WaitForARP(ctx context.Context, done func(macs []string) bool)
 // external API name, as a kubelet or a user does, with the test's admin credentials.
 func (c *Cluster) ReadyzThroughVIP(ctx context.Context) (string, error) {
 	return c.readyzThroughVIP(ctx, c.Client.DialContext)
+}
+
+// readyzThroughVIP sends GET /readyz to the VIP over dial, verifying the certificate under the shoot's API name.
+func (c *Cluster) readyzThroughVIP(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error)) (string, error) {
+	tlsConfig, err := rest.TLSConfigFor(c.env.Config)
+	if err != nil {
+		return "", err
+	}
+	tlsConfig.ServerName = ciliumchart.ExternalHost
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig, DialContext: dial, DisableKeepAlives: true}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+fixtures.ExposureVIP+":443/readyz", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s: %s", resp.Status, body)
+	}
+	return string(body), nil
 }
 
 // Failover is what one failover of the VIP took.
@@ -636,33 +664,43 @@ func (c *Cluster) attempt(ctx context.Context) error {
 	return err
 }
 
-// publishedEndpoints says which endpoints the exposure's EndpointSlices publish as ready, as node:ready pairs.
-func (c *Cluster) publishedEndpoints(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) string {
+// published says, by node, whether the exposure's EndpointSlices publish its endpoint as ready.
+func (c *Cluster) published(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) (map[string]bool, error) {
 	list := &discoveryv1.EndpointSliceList{}
 	if err := c.env.Client.List(ctx, list, client.InNamespace(exp.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: resources.ServiceName(exp.Name)}); err != nil {
-		return fmt.Sprintf("unknown (%v)", err)
+		return nil, err
 	}
-	var published []string
+	ready := map[string]bool{}
 	for _, s := range list.Items {
 		for _, e := range s.Endpoints {
-			published = append(published, fmt.Sprintf("%s:%t", ptr.Deref(e.NodeName, "?"), ptr.Deref(e.Conditions.Ready, true)))
+			ready[ptr.Deref(e.NodeName, "?")] = ptr.Deref(e.Conditions.Ready, true)
 		}
 	}
-	return fmt.Sprint(published)
+	return ready, nil
+}
+
+// publishedEndpoints says which endpoints the exposure's EndpointSlices publish as ready, as node:ready pairs.
+func (c *Cluster) publishedEndpoints(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) string {
+	ready, err := c.published(ctx, exp)
+	if err != nil {
+		return fmt.Sprintf("unknown (%v)", err)
+	}
+	var pairs []string
+	for _, node := range slices.Sorted(maps.Keys(ready)) {
+		pairs = append(pairs, fmt.Sprintf("%s:%t", node, ready[node]))
+	}
+	return fmt.Sprint(pairs)
 }
 
 // endpointReady says whether the exposure's EndpointSlices publish node's endpoint as ready.
 func (c *Cluster) endpointReady(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, n *Node) (bool, error) {
-	list := &discoveryv1.EndpointSliceList{}
-	if err := c.env.Client.List(ctx, list, client.InNamespace(exp.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: resources.ServiceName(exp.Name)}); err != nil {
+	published, err := c.published(ctx, exp)
+	if err != nil {
 		return false, err
 	}
-	for _, s := range list.Items {
-		for _, e := range s.Endpoints {
-			if ptr.Deref(e.NodeName, "") == n.Name {
-				return ptr.Deref(e.Conditions.Ready, true), nil
-			}
-		}
+	ready, ok := published[n.Name]
+	if !ok {
+		return false, fmt.Errorf("the exposure publishes no endpoint of %s", n.Name)
 	}
-	return false, fmt.Errorf("the exposure publishes no endpoint of %s", n.Name)
+	return ready, nil
 }
