@@ -27,6 +27,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/flowcontrol"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
@@ -90,6 +91,11 @@ type Cluster struct {
 	configuredLease *LeaseTimings
 	configuredAt    time.Time
 	exposed         *extensionsv1alpha1.SelfHostedShootExposure
+	// operatorPod is the admitted operator pod, whose container runs on OperatorNode; operatorExited is when the
+	// nodes' kubelet saw it exit by itself, operatorCrashLoop the back-off of its restarts.
+	operatorPod       *corev1.Pod
+	operatorExited    time.Time
+	operatorCrashLoop *flowcontrol.Backoff
 	// disturbed are the nodes whose agent or kube-apiserver was stopped and started again.
 	disturbed map[string]bool
 	// webhookRoute takes kube-apiserver's webhook calls to the extension pods (extension.go), routes is its
@@ -122,7 +128,7 @@ func New(ctx context.Context, env *testenv.Env, prefix string, o Options) (*Clus
 	if err := useFixtureAddresses(ctx, env); err != nil {
 		return nil, err
 	}
-	c := &Cluster{env: env, cgroups: cgroups, nodes: map[string]*Node{}, installed: map[Chart]*installation{}, disturbed: map[string]bool{}}
+	c := &Cluster{env: env, cgroups: cgroups, nodes: map[string]*Node{}, installed: map[Chart]*installation{}, disturbed: map[string]bool{}, operatorCrashLoop: newCrashLoopBackOff()}
 	if err := os.Mkdir(c.cgroups, 0o755); err != nil {
 		return nil, err
 	}

@@ -70,14 +70,21 @@ func (c *Cluster) Expose(ctx context.Context) (*extensionsv1alpha1.SelfHostedSho
 	return exp, nil
 }
 
-// startOperator runs the operator container of Gardener's admitted operator pod on OperatorNode, with the stored
-// ConfigMaps. The pod is admitted as a dry run: stored, kube-scheduler would bind it to whatever node it picks, where
-// no kubelet would ever report it ready.
+// startOperator admits Gardener's operator pod and runs its operator container on OperatorNode. The pod is admitted
+// as a dry run: stored, kube-scheduler would bind it to whatever node it picks, where no kubelet would ever report it
+// ready.
 func (c *Cluster) startOperator(ctx context.Context) error {
 	pod := ciliumchart.DeploymentPod(c.installed[GardenerChart].operator)
 	if err := c.admit(ctx, pod); err != nil {
 		return err
 	}
+	c.operatorPod = pod
+	return c.runOperator(ctx)
+}
+
+// runOperator runs the operator container of the admitted operator pod on OperatorNode, with the ConfigMaps as
+// stored now (a restarted container sees its volumes as kubelet last synced them).
+func (c *Cluster) runOperator(ctx context.Context) error {
 	configMaps, err := c.kubeSystemConfigMaps(ctx)
 	if err != nil {
 		return err
@@ -85,7 +92,7 @@ func (c *Cluster) startOperator(ctx context.Context) error {
 	// As in the connection suite: the operator's serve addresses, and Cilium's CRDs left as the test installed them.
 	configMaps[cilium.ConfigMapName] = maps.Clone(configMaps[cilium.ConfigMapName])
 	maps.Copy(configMaps[cilium.ConfigMapName], ciliumoperator.Config(9234, 9963))
-	ct, err := podrun.ForPod(ctx, c.env, pod, "cilium-operator")
+	ct, err := podrun.ForPod(ctx, c.env, c.operatorPod, "cilium-operator")
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -27,7 +28,11 @@ import (
 //     (kubelet_pods.go getPhase with podIsTerminal) and then deleted with grace period 0 and a UID precondition, as the
 //     status manager finishes a deletion (status/status_manager.go). The DaemonSet controller creates the replacement
 //     once the pod is terminal: until then a terminating pod still counts as the node's pod, Cilium's agent DaemonSet
-//     not surging (pkg/controller/daemon/daemon_controller.go getNodesToDaemonPods, podsShouldBeOnNode).
+//     not surging (pkg/controller/daemon/daemon_controller.go getNodesToDaemonPods, podsShouldBeOnNode);
+//   - the operator's container exiting by itself (Cilium's operator exits when it loses its leader lease, e.g. while
+//     the kube-apiserver it talks to is unreachable for longer than the renew deadline): it is started again, at once
+//     the first time and then after kubelet's crash-loop back-off (restartPolicy Always; kuberuntime/
+//     kuberuntime_manager.go doBackOff, kubelet.go newCrashLoopBackOff).
 
 // daemonSetPodsTimeout bounds how long the DaemonSet controller and the scheduler may take to give each node its pod.
 const daemonSetPodsTimeout = time.Minute
@@ -95,6 +100,7 @@ func (c *Cluster) syncPods(ctx context.Context) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.syncExtensionPods(ctx)
+	c.syncOperator(ctx)
 	inst := c.installed[GardenerChart]
 	if inst == nil {
 		return
@@ -113,6 +119,53 @@ func (c *Cluster) syncPods(ctx context.Context) {
 			logf("kubelet of %s: pod %s: %v", n.Name, pod.Name, err)
 		}
 	}
+}
+
+// newCrashLoopBackOff is kubelet's back-off between restarts of a container that keeps exiting: 10 s doubling up to
+// 5 min, forgotten after 10 min without an exit (pkg/kubelet/kubelet.go initialCrashLoopBackOff, MaxCrashLoopBackOff
+// and the HasExpiredFunc it sets).
+func newCrashLoopBackOff() *flowcontrol.Backoff {
+	b := flowcontrol.NewBackOff(10*time.Second, 5*time.Minute)
+	b.HasExpiredFunc = func(eventTime, lastUpdate time.Time, _ time.Duration) bool {
+		return eventTime.Sub(lastUpdate) > 10*time.Minute
+	}
+	return b
+}
+
+// syncOperator starts the operator container again once it exited by itself, as kubelet does: its first exit is
+// restarted at once, later ones only once the back-off since the exit has passed. An operator the harness stopped
+// (Node.Stop, Node.Kill) is no longer the node's and stays stopped.
+func (c *Cluster) syncOperator(ctx context.Context) {
+	if c.operatorPod == nil {
+		return
+	}
+	n := c.nodes[OperatorNode]
+	n.mu.Lock()
+	operator := n.operator
+	n.mu.Unlock()
+	if operator == nil {
+		return
+	}
+	select {
+	case <-operator.Stopped():
+	default:
+		return
+	}
+	if c.operatorExited.IsZero() {
+		c.operatorExited = time.Now()
+		logf("kubelet of %s: cilium-operator exited with %d; its log ends:\n%s", n.Name, exitCode(operator.Err()), operator.LogTail(5))
+	}
+	key := string(c.operatorPod.UID) + "/cilium-operator"
+	if c.operatorCrashLoop.IsInBackOffSince(key, c.operatorExited) {
+		return
+	}
+	c.operatorCrashLoop.Next(key, c.operatorExited)
+	if err := c.runOperator(ctx); err != nil {
+		logf("kubelet of %s: starting cilium-operator again: %v", n.Name, err)
+		return
+	}
+	logf("kubelet of %s: cilium-operator started again (back-off %s)", n.Name, c.operatorCrashLoop.Get(key))
+	c.operatorExited = time.Time{}
 }
 
 // minimumGracePeriod is the least time kubelet gives a container between SIGTERM and SIGKILL.
