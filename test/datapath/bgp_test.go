@@ -2,7 +2,6 @@ package datapath
 
 import (
 	"context"
-	"os"
 	"slices"
 	"testing"
 	"time"
@@ -30,12 +29,6 @@ const ecmpConnections = 30
 func TestBGP(t *testing.T) {
 	if why := frr.Available(); why != "" {
 		t.Skip(why)
-	}
-	// Quarantined in make test: in two of three full runs the switch from L2 left the replaced Service without a VIP
-	// (Cilium 1.19's LB-IPAM kept the old Service's address allocated for minutes), which also broke the L2 tests after
-	// it. Run it with DATAPATH_BGP=1 until that is understood (issue 27).
-	if os.Getenv("DATAPATH_BGP") != "1" {
-		t.Skip("quarantined: the switch from L2 to BGP can leave the VIP unassigned by LB-IPAM; set DATAPATH_BGP=1 to run it")
 	}
 	ctx := context.Background()
 	exp := expose(t)

@@ -149,9 +149,10 @@ func (a *actuator) Reconcile(ctx context.Context, log logr.Logger, exp *extensio
 // replaceServiceOfOtherClass deletes the Service when the announcement changed: loadBalancerClass is immutable, so
 // switching between L2 and BGP needs a new Service (and LB-IPAM assigns the VIP anew; pin it to keep it).
 //
-// The new Service has the old one's name, and LB-IPAM keys Services by name: created before LB-IPAM has freed the
-// old one's address, it may take the old one's deletion for its own and never get an address (seen with 1.19's
-// operator). So it is created only once the exposure's pool, which selects no other Service, counts no address used.
+// The new Service has the old one's name, and LB-IPAM keys Services by name (operator/pkg/lbipam handleUpsertService,
+// resource.NewKey): were the deletion and the creation coalesced into one event for that key, the new Service would
+// inherit the old one's allocation. So it is created only once the exposure's pool, which selects no other Service,
+// counts no address used. LB-IPAM runs in cilium-operator: while no operator leads, the switch waits here.
 func (a *actuator) replaceServiceOfOtherClass(ctx context.Context, log logr.Logger, desired *corev1.Service, poolName string) error {
 	current := &corev1.Service{}
 	if err := a.reader.Get(ctx, client.ObjectKeyFromObject(desired), current); client.IgnoreNotFound(err) != nil {
@@ -177,7 +178,7 @@ func (a *actuator) replaceServiceOfOtherClass(ctx context.Context, log logr.Logg
 		return err
 	}
 	if !released {
-		return &reconcilerutils.RequeueAfterError{RequeueAfter: time.Second, Cause: fmt.Errorf("waiting until Cilium LB-IPAM has released the VIP of the replaced Service %s/%s (CiliumLoadBalancerIPPool %s counts addresses used)", desired.Namespace, desired.Name, poolName)}
+		return &reconcilerutils.RequeueAfterError{RequeueAfter: time.Second, Cause: fmt.Errorf("waiting until Cilium LB-IPAM (in cilium-operator) has released the VIP of the replaced Service %s/%s: CiliumLoadBalancerIPPool %s counts addresses used", desired.Namespace, desired.Name, poolName)}
 	}
 	return nil
 }
