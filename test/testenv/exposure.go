@@ -56,6 +56,13 @@ func (e *Env) ReconcileAndWait(ctx context.Context, exp *extensionsv1alpha1.Self
 	if op := exp.Status.LastOperation; op != nil {
 		before = op.LastUpdateTime
 	}
+	// LastUpdateTime has whole seconds: a reconciliation that ends within the second of the one before could not be
+	// told from it (ExtensionOperationHasBeenUpdatedSince wants a later time), so the request waits for the next one.
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(time.Until(before.Add(time.Second))):
+	}
 	if err := e.RequestReconcile(ctx, exp, func(*extensionsv1alpha1.SelfHostedShootExposure) {}); err != nil {
 		return err
 	}

@@ -192,7 +192,8 @@ func (a *actuator) waitForIngress(ctx context.Context, desired *corev1.Service, 
 		pool = &ciliumv2.CiliumLoadBalancerIPPool{}
 	)
 	assigned, err := a.poll(ctx, func(ctx context.Context) (bool, error) {
-		if err := a.client.Get(ctx, client.ObjectKeyFromObject(desired), svc); client.IgnoreNotFound(err) != nil {
+		// Not from the cache: right after a replacement the informer may still hold the old Service, with its ingress.
+		if err := a.reader.Get(ctx, client.ObjectKeyFromObject(desired), svc); client.IgnoreNotFound(err) != nil {
 			return false, err
 		}
 		if err := a.client.Get(ctx, client.ObjectKey{Name: poolName}, pool); client.IgnoreNotFound(err) != nil {
