@@ -176,3 +176,19 @@ func TestWaitForAnnouncementLooksAgainAfterAFailedRead(t *testing.T) {
 		t.Errorf("error %v, want the failed reads' error when no look got through", err)
 	}
 }
+
+// TestWaitForIngressReadsTheCurrentService: right after the Service was replaced, the informer's cache may still hold
+// the old one with its ingress; the VIP counts as assigned only once kube-apiserver's Service has it.
+func TestWaitForIngressReadsTheCurrentService(t *testing.T) {
+	objs := built(t, &exposure.ExposureConfig{Announcement: exposure.AnnouncementBGP, BGP: &exposure.BGP{LocalASN: ptr.To[int64](64512)}})
+	old := objs.Service.DeepCopy()
+	old.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "203.0.113.10"}}
+	cached := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(old, objs.Pool.DeepCopy()).Build()
+	current := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(objs.Service.DeepCopy(), objs.Pool.DeepCopy()).Build()
+	a := &actuator{client: cached, reader: current, recorder: record.NewFakeRecorder(10), ingressWait: 300 * time.Millisecond}
+	ingress, err := a.waitForIngress(context.Background(), objs.Service, objs.Pool.Name, network.Pool{})
+	var requeue *reconcilerutils.RequeueAfterError
+	if !errors.As(err, &requeue) {
+		t.Fatalf("got ingress %v, error %v; want a requeue while kube-apiserver's Service has no ingress", ingress, err)
+	}
+}
