@@ -4,7 +4,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumnodes"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
@@ -36,7 +40,8 @@ const agentGoal = 500 * time.Millisecond
 // bgpWithdrawals runs section 10: the exposure announced over BGP to FRR as docs/bgp.md configures it, Gardener's
 // chart's agents on three control-plane nodes; per timer profile and way of failing, a control-plane node fails runs
 // times, and the time until the router withdraws its route is reported with the share of new connections through the
-// VIP that succeeded meanwhile.
+// VIP that succeeded meanwhile. The agents' own ways of ending (killed, SIGTERM) run with the newest line's agents
+// too, which end their sessions differently. Every session that drops without its node having been failed is a flap.
 func bgpWithdrawals(r *report, runs int) error {
 	if why := frr.Available(); why != "" {
 		r.Notes = append(r.Notes, "Section 10 did not run: "+why)
@@ -52,66 +57,142 @@ func bgpWithdrawals(r *report, runs int) error {
 		if err != nil {
 			return err
 		}
+		watching, stopWatching := context.WithCancel(ctx)
+		sessions := router.WatchSessions(watching, 100*time.Millisecond)
+		defer func() { stopWatching(); sessions.Wait() }()
+		b := &bgpBench{r: r, cluster: cluster, router: router, sessions: sessions, runs: runs}
+		agentFailures := []ciliumnodes.BGPFailure{ciliumnodes.AgentKilled, ciliumnodes.AgentStopped}
 		for _, p := range bgpProfiles {
 			if err := cluster.Announce(ctx, exp, ciliumnodes.ExposureConfigBGPTimers(p.hold, p.keepalive)); err != nil {
 				return err
 			}
-			for _, failure := range []ciliumnodes.BGPFailure{ciliumnodes.NodeLinkDown, ciliumnodes.NodeHung, ciliumnodes.AgentKilled, ciliumnodes.AgentStopped} {
-				if err := withdrawalRuns(ctx, r, cluster, router, p, failure, runs); err != nil {
+			for _, failure := range append([]ciliumnodes.BGPFailure{ciliumnodes.NodeLinkDown, ciliumnodes.NodeHung}, agentFailures...) {
+				if err := b.withdrawals(ctx, ciliumnodes.GardenerChart, p, failure); err != nil {
 					return err
 				}
 			}
 		}
+		// The default timers, as the last Announce left them; a node's death does not depend on its agent's line.
+		newest := ciliumLines[len(ciliumLines)-1]
+		if err := cluster.Announce(ctx, exp, ciliumnodes.ExposureConfigBGP); err != nil {
+			return err
+		}
+		for _, failure := range agentFailures {
+			if err := b.withdrawals(ctx, newest, bgpProfiles[0], failure); err != nil {
+				return err
+			}
+		}
+		r.add(Result{Section: bgpSection, Name: "sessions that dropped without their node failing (flaps), agents started " + strconv.Itoa(b.starts) + " times",
+			Value: float64(b.flaps), Unit: "count", Goal: "0", Met: met(b.flaps == 0)})
 		r.Notes = append(r.Notes, "Section 10: new connections through the VIP from a client behind the router, one started every 100 ms "+
 			"(each with a 2 s timeout) from the failure until the route was withdrawn and at least 30 had started; the router's "+
-			"kernel route to the VIP is read every 20 ms. The router hashes flows by their ports (fib_multipath_hash_policy=1).")
+			"kernel route to the VIP is read every 20 ms. The router hashes flows by their ports (fib_multipath_hash_policy=1). "+
+			"Flaps: bgpd's sessions are read every 100 ms; a session that ends or is established anew counts, except the one "+
+			"session of the node that was failed, ending after its failure, and those that a changed timer profile or agent line ended "+
+			"(counting starts once every session is up again after such a change). Flaps seen: "+b.flapsSeen())
 		return nil
 	})
 }
 
-// withdrawalRuns fails a control-plane node runs times as failure says and reports the median and max time until the
-// router withdrew its route, and the share of new connections that succeeded meanwhile.
-func withdrawalRuns(ctx context.Context, r *report, cluster *ciliumnodes.Cluster, router *ciliumnodes.Router, p bgpProfile, failure ciliumnodes.BGPFailure, runs int) error {
+// bgpBench is section 10's state: the runs so far and the flaps they saw.
+type bgpBench struct {
+	r        *report
+	cluster  *ciliumnodes.Cluster
+	router   *ciliumnodes.Router
+	sessions *frr.SessionWatch
+	runs     int
+	// starts counts the runs (each starts agents: the failed node's, or all of them for another line); flaps the
+	// sessions that dropped without their node failing, described in flapped.
+	starts, flaps int
+	flapped       []string
+	// counted is up to when the drops were counted.
+	counted time.Time
+}
+
+func (b *bgpBench) flapsSeen() string {
+	if len(b.flapped) == 0 {
+		return "none"
+	}
+	return strings.Join(b.flapped, "; ")
+}
+
+// withdrawals fails a control-plane node runs times as failure says, with the agents of line, and reports the median
+// and max time until the router withdrew its route, and the share of new connections that succeeded meanwhile.
+func (b *bgpBench) withdrawals(ctx context.Context, line ciliumnodes.Chart, p bgpProfile, failure ciliumnodes.BGPFailure) error {
 	var withdrawn []time.Duration
 	attempts, succeeded, others := 0, 0, 0
-	for i := range runs {
-		if _, err := cluster.Run(ctx, ciliumnodes.Agents{Chart: ciliumnodes.GardenerChart}); err != nil {
+	name := fmt.Sprintf("%s, %s, %d runs", failure, p.name, b.runs)
+	if line != ciliumnodes.GardenerChart {
+		name += ", " + string(line) + " agents"
+	}
+	for i := range b.runs {
+		if _, err := b.cluster.Run(ctx, ciliumnodes.Agents{Chart: line}); err != nil {
 			return err
 		}
-		if err := router.WaitForEveryNextHop(ctx); err != nil {
+		if err := b.router.WaitForEveryNextHop(ctx); err != nil {
 			return err
 		}
-		if _, _, err := cluster.ServedViaEveryNode(ctx, router); err != nil {
+		if i == 0 {
+			// A changed timer or line ended every session on purpose before this.
+			b.counted = time.Now()
+		}
+		if _, _, err := b.cluster.ServedViaEveryNode(ctx, b.router); err != nil {
 			return err
 		}
-		node := fixtures.Nodes()[i%len(fixtures.ControlPlaneIPs)].Name
+		node := fixtures.Nodes()[i%len(fixtures.ControlPlaneIPs)]
 		hold := time.Duration(p.hold) * time.Second
-		w, err := cluster.FailBGPNode(ctx, router, node, failure, hold+30*time.Second)
+		failed := time.Now()
+		w, err := b.cluster.FailBGPNode(ctx, b.router, node.Name, failure, hold+30*time.Second)
 		if err != nil {
 			return err
 		}
 		if w.Withdrawn == 0 {
-			return fmt.Errorf("%s, %s: the router kept its route via %s for %s", p.name, failure, node, hold+30*time.Second)
+			return fmt.Errorf("%s, %s: the router kept its route via %s for %s", p.name, failure, node.Name, hold+30*time.Second)
 		}
-		fmt.Printf("   %s, %s, run %d: %s's route withdrawn after %s; %d of %d new connections succeeded; other next hops lost: %v\n",
-			p.name, failure, i+1, node, w.Withdrawn.Round(10*time.Millisecond), w.Succeeded, w.Attempts, w.Others)
+		b.countFlaps(ctx, name, i, failed, b.cluster.Node(node.Name).Address())
+		fmt.Printf("   %s, run %d: %s's route withdrawn after %s; %d of %d new connections succeeded; other next hops lost: %v\n",
+			name, i+1, node.Name, w.Withdrawn.Round(10*time.Millisecond), w.Succeeded, w.Attempts, w.Others)
 		withdrawn = append(withdrawn, w.Withdrawn)
 		attempts, succeeded, others = attempts+w.Attempts, succeeded+w.Succeeded, others+len(w.Others)
 	}
 	slices.Sort(withdrawn)
-	name := fmt.Sprintf("%s, %s, %d runs", failure, p.name, runs)
 	goal := p.deathGoal
 	if failure == ciliumnodes.AgentKilled || failure == ciliumnodes.AgentStopped {
 		goal = agentGoal
 	}
 	median, worst := withdrawn[len(withdrawn)/2], withdrawn[len(withdrawn)-1]
-	r.add(Result{Section: bgpSection, Name: "route withdrawn by the router, median, " + name, Value: median.Seconds(), Unit: "s",
+	b.r.add(Result{Section: bgpSection, Name: "route withdrawn by the router, median, " + name, Value: median.Seconds(), Unit: "s",
 		Baseline: metalLBBFD.Seconds(), BaselineName: "MetalLB with BFD (FRR's 300 ms x 3)"})
-	r.add(Result{Section: bgpSection, Name: "route withdrawn by the router, max, " + name, Value: worst.Seconds(), Unit: "s",
+	b.r.add(Result{Section: bgpSection, Name: "route withdrawn by the router, max, " + name, Value: worst.Seconds(), Unit: "s",
 		Baseline: metalLBBFD.Seconds(), BaselineName: "MetalLB with BFD (FRR's 300 ms x 3)",
 		Goal: "<= " + goal.String(), Met: met(worst <= goal)})
-	r.add(Result{Section: bgpSection, Name: "new connections through the VIP that succeeded meanwhile, " + name, Value: float64(succeeded), Unit: "count",
+	b.r.add(Result{Section: bgpSection, Name: "new connections through the VIP that succeeded meanwhile, " + name, Value: float64(succeeded), Unit: "count",
 		Baseline: float64(attempts), BaselineName: "attempts", Goal: ">= half", Met: met(2*succeeded >= attempts)})
-	r.add(Result{Section: bgpSection, Name: "other nodes' next hops lost meanwhile, " + name, Value: float64(others), Unit: "count"})
+	b.r.add(Result{Section: bgpSection, Name: "other nodes' next hops lost meanwhile, " + name, Value: float64(others), Unit: "count"})
 	return nil
+}
+
+// countFlaps counts the session drops since the last count, up to now, for a run that failed the node at ip at
+// failed: all but that node's first drop after its failure, which is waited for (the router's route went with its
+// session, but the watch looks only every 100 ms).
+func (b *bgpBench) countFlaps(ctx context.Context, name string, run int, failed time.Time, ip string) {
+	b.starts++
+	seen := func() bool {
+		return slices.ContainsFunc(b.sessions.Drops(failed), func(d frr.SessionDrop) bool { return d.Address == ip })
+	}
+	_ = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 2*time.Second, true, func(context.Context) (bool, error) { return seen(), nil })
+	until := time.Now()
+	expected := false
+	for _, d := range b.sessions.Drops(b.counted) {
+		if d.At.After(until) {
+			break
+		}
+		if d.Address == ip && !d.At.Before(failed) && !expected {
+			expected = true
+			continue
+		}
+		b.flaps++
+		b.flapped = append(b.flapped, fmt.Sprintf("%s, run %d: %s at %s", name, run+1, d.Address, d.At.Format("15:04:05.0")))
+	}
+	b.counted = until
 }

@@ -14,17 +14,21 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
+
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumnodes"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumoperator"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/frr"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
 )
 
 // datapath runs Cilium's real agents on network-namespace nodes from the pods the webhook admitted (test/ciliumnodes),
 // shows each agent's state and the kube-apiserver it is connected to, exposes kube-apiserver on the VIP with the
-// chart's operator, shows who announces it and an HTTPS answer through it, and kills the announcing node.
+// chart's operator, shows who announces it and an HTTPS answer through it, and kills the announcing node; then, with
+// FRR installed, it switches the exposure to BGP (bgp).
 func (d *demo) datapath(ctx context.Context, chart string) ([]string, error) {
 	if err := ciliumnodes.Available(); err != nil {
 		fmt.Printf("(skipped: %v)\n", err)
@@ -149,5 +153,76 @@ func (d *demo) datapath(ctx context.Context, chart string) ([]string, error) {
 	fmt.Println()
 	fmt.Println("(HTTPS may work again before ARP moves: the bridge floods frames for the dead node's MAC to every port, and the " +
 		"other nodes' Cilium load-balances them; see docs/datapath.md)")
+	if why := frr.Available(); why != "" {
+		fmt.Printf("\n(BGP skipped: %s)\n", why)
+		return problems, nil
+	}
+	p, err := bgp(ctx, cluster, exp, agents)
+	return append(problems, p...), err
+}
+
+// bgp switches the exposure to announcement BGP with the top-of-rack router of docs/bgp.md, shows its sessions with
+// the control-plane nodes, its route to the VIP with a next hop per node, and HTTPS through the VIP from the client
+// network behind it.
+func bgp(ctx context.Context, cluster *ciliumnodes.Cluster, exp *extensionsv1alpha1.SelfHostedShootExposure, agents ciliumnodes.Agents) ([]string, error) {
+	step("Switching the exposure to announcement BGP: FRR as the top-of-rack router tor-a (%s, AS %d) with docs/bgp.md's "+
+		"configuration, the client network %s behind it; the control-plane nodes peer as AS %d",
+		ciliumnodes.RouterIP, ciliumnodes.RouterASN, ciliumnodes.RemoteNetwork, ciliumnodes.NodesASN)
+	router, err := cluster.StartRouter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// The node killed above comes back with its agent.
+	if _, err := cluster.Run(ctx, agents); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	if err := cluster.Announce(ctx, exp, ciliumnodes.ExposureConfigBGP); err != nil {
+		return nil, err
+	}
+	fmt.Printf("\nthe exposure is Succeeded again after %s (it waits until an agent's BGP session advertises the VIP)\n", time.Since(start).Round(100*time.Millisecond))
+	if err := router.WaitForEveryNextHop(ctx); err != nil {
+		return nil, err
+	}
+	var problems []string
+	neighbors, err := router.Neighbors(ctx)
+	if err != nil {
+		return nil, err
+	}
+	table := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(table, "\nROUTER'S NEIGHBOUR\tSTATE\tPREFIXES RECEIVED")
+	var established []string
+	for _, n := range neighbors {
+		fmt.Fprintf(table, "%s\t%s\t%d\n", n.Address, n.State, n.PrefixesReceived)
+		if n.State == "Established" {
+			established = append(established, n.Address)
+		}
+	}
+	_ = table.Flush()
+	slices.Sort(established)
+	if !slices.Equal(established, fixtures.ControlPlaneIPs) {
+		problems = append(problems, fmt.Sprintf("the router has sessions with %v, want the control-plane nodes %v", established, fixtures.ControlPlaneIPs))
+	}
+	hops, err := router.NextHops(fixtures.ExposureVIP)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Printf("\nthe router's kernel routes %s via %s (one next hop per control-plane node, ECMP)\n", fixtures.ExposureVIP, strings.Join(hops, ", "))
+	took, _, err := cluster.ServedViaEveryNode(ctx, router)
+	if err != nil {
+		problems = append(problems, err.Error())
+	} else {
+		fmt.Printf("HTTPS through the VIP from %s behind the router worked via every control-plane node (after %s)\n", ciliumnodes.RemoteClientIP, took.Round(100*time.Millisecond))
+	}
+	sport := router.NextSourcePort()
+	hop, err := router.Via(sport)
+	if err != nil {
+		return nil, err
+	}
+	body, err := cluster.ReadyzFromRemote(ctx, router, sport)
+	if err != nil {
+		return nil, fmt.Errorf("HTTPS through the VIP from behind the router: %w", err)
+	}
+	fmt.Printf("GET https://%s:443/readyz from %s, routed via %s, certificate verified under %s: %s\n", fixtures.ExposureVIP, ciliumnodes.RemoteClientIP, hop, ciliumchart.ExternalHost, body)
 	return problems, nil
 }

@@ -127,7 +127,8 @@ func run(extension, chart string, keep bool) error {
 	}
 	step("Summary: every Cilium component reached kube-apiserver without Cilium and verified Gardener's certificate " +
 		"(localhost on the control plane, the control-plane nodes under the server name elsewhere); kube-apiserver was exposed on a VIP assigned by Cilium's LB-IPAM, and deleting " +
-		"the exposure left nothing behind; as root, real agents connected the same way, announced the VIP, served kube-apiserver through it and failed it over")
+		"the exposure left nothing behind; as root, real agents connected the same way, announced the VIP, served kube-apiserver through it and failed it over, " +
+		"and with FRR advertised it over BGP to a router that spreads new connections over every control-plane node")
 
 	if keep {
 		step("Still running. Explore with: export KUBECONFIG=%s; kubectl get ds,pods,cm,svc,endpointslices -n kube-system", env.Kubeconfig)

@@ -472,37 +472,80 @@ type APIServerOutage struct {
 	BackFailures             []string
 }
 
-// failure describes a request through the VIP that failed at after: where the client's packets went, what each agent
-// load-balances the VIP to, and what the exposure publishes.
-func (c *Cluster) failure(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, after time.Duration, err error) string {
-	holder, holderErr := c.LeaseHolder(ctx, exp)
-	if holderErr != nil {
-		holder = "unknown"
+// failure describes a request through the VIP that failed at after: where its packets went (the client's neighbour
+// entry and the lease holder under L2, the router's next hop under BGP), what each agent load-balances the VIP to, and
+// what the exposure publishes.
+func (c *Cluster) failure(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, after time.Duration, a outageAttempt) string {
+	where := "via " + a.hop
+	if a.hop == "" {
+		holder, err := c.LeaseHolder(ctx, exp)
+		if err != nil {
+			holder = "unknown"
+		}
+		where = fmt.Sprintf("lease held by %s, client's neighbour entry %q", holder, c.clientNeighbour())
 	}
-	return fmt.Sprintf("%s (lease held by %s, client's neighbour entry %q, agents %s, published %s): %v",
-		after.Round(100*time.Millisecond), holder, c.clientNeighbour(), c.AgentViews(ctx), c.publishedEndpoints(ctx, exp), err)
+	return fmt.Sprintf("%s (%s, agents %s, published %s): %v",
+		after.Round(100*time.Millisecond), where, c.AgentViews(ctx), c.publishedEndpoints(ctx, exp), a.err)
 }
 
 // outageTail is how many requests are sent after the outage settled and after the endpoint is published as ready
 // again.
 const outageTail = 20
 
-// StopOneAPIServer waits until the VIP serves, stops the kube-apiserver of a control-plane node, the lease holder's if
-// announcer is set and another's otherwise, and sends new requests through the VIP, about every 200 ms: attempts of
-// them (at least), outageTail more once the outage settled (Settled), and on until the last outageTail succeeded, for
-// at most two minutes. Then it starts the kube-apiserver again and sends requests until outageTail after it is
-// published as ready again.
-func (c *Cluster) StopOneAPIServer(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, attempts int, announcer bool) (o APIServerOutage, err error) {
-	holder, err := c.WaitUntilServing(ctx, exp)
+// Outage says how StopOneAPIServer sends its requests and whose kube-apiserver it stops.
+type Outage struct {
+	// Attempts is how many requests at least go through the VIP while the kube-apiserver is down.
+	Attempts int
+	// Announcer stops the L2 lease holder's kube-apiserver, another's otherwise.
+	Announcer bool
+	// Router, when set, is the BGP router the exposure announces the VIP to: the requests come from behind it, each
+	// from a source port of its own, so that ECMP spreads them over the nodes, every one of which announces the VIP
+	// (there is no holder, and Announcer is ignored). Unset, they come from the client on the nodes' segment.
+	Router *Router
+}
+
+// outageAttempt is one new request through the VIP: the router's next hop for it under BGP, and how it failed.
+type outageAttempt struct {
+	hop string
+	err error
+}
+
+func (c *Cluster) outageAttempt(ctx context.Context, r *Router) outageAttempt {
+	if r == nil {
+		return outageAttempt{err: c.attempt(ctx)}
+	}
+	sport := r.NextSourcePort()
+	hop, err := r.Via(sport)
 	if err != nil {
-		return o, err
+		return outageAttempt{hop: "unknown", err: err}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err = c.ReadyzFromRemote(ctx, r, sport)
+	return outageAttempt{hop: hop, err: err}
+}
+
+// StopOneAPIServer waits until the VIP serves, stops the kube-apiserver of a control-plane node as o says, and sends
+// new requests through the VIP, about every 200 ms: o.Attempts of them (at least), outageTail more once the outage
+// settled (Settled), and on until the last outageTail succeeded, for at most two minutes. Then it starts the
+// kube-apiserver again and sends requests until outageTail after it is published as ready again.
+func (c *Cluster) StopOneAPIServer(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, o Outage) (out APIServerOutage, err error) {
+	r, announcer := o.Router, o.Announcer && o.Router == nil
+	var holder string
+	if r == nil {
+		holder, err = c.WaitUntilServing(ctx, exp)
+	} else if err = r.WaitForEveryNextHop(ctx); err == nil {
+		_, _, err = c.ServedViaEveryNode(ctx, r)
+	}
+	if err != nil {
+		return out, err
 	}
 	i := slices.IndexFunc(c.Nodes(), func(n *Node) bool { return n.ControlPlane && (n.Name == holder) == announcer })
 	down := c.Nodes()[i]
-	o.Node, o.Announcer, o.Holder = down.Name, announcer, holder
+	out.Node, out.Announcer, out.Holder = down.Name, announcer, holder
 	c.disturb(down.Name)
 	if err := down.SwitchAPIServer(false); err != nil {
-		return o, err
+		return out, err
 	}
 	switchedOn := false
 	defer func() {
@@ -518,69 +561,69 @@ func (c *Cluster) StopOneAPIServer(ctx context.Context, exp *extensionsv1alpha1.
 		// A read that failed says nothing new; the requests go on.
 		ready, err := c.endpointReady(ctx, exp, down)
 		if err != nil {
-			ready = o.TakenOut == 0
+			ready = out.TakenOut == 0
 		}
-		now, err := c.LeaseHolder(ctx, exp)
-		if err != nil {
-			now = ""
+		if !ready && out.TakenOut == 0 {
+			out.TakenOut = time.Since(start)
 		}
-		if !ready && o.TakenOut == 0 {
-			o.TakenOut = time.Since(start)
-		}
-		if announcer && now != "" && now != down.Name && o.Moved == 0 {
-			o.Moved = time.Since(start)
-		}
-		if o.Settled == 0 && o.TakenOut > 0 && (!announcer || o.Moved > 0) {
-			o.Settled = time.Since(start)
-		}
-		attemptErr := c.attempt(ctx)
-		o.Attempts++
-		o.SucceededAtEnd++
-		if attemptErr != nil {
-			o.Failed++
-			o.LastFailure = time.Since(start)
-			o.SucceededAtEnd = 0
-		}
-		if o.Settled > 0 {
-			tail++
-			if attemptErr != nil {
-				o.FailedAfterSettled++
-				o.Failures = append(o.Failures, c.failure(ctx, exp, o.LastFailure, attemptErr))
+		if announcer && out.Moved == 0 {
+			if now, err := c.LeaseHolder(ctx, exp); err == nil && now != "" && now != down.Name {
+				out.Moved = time.Since(start)
 			}
 		}
-		return o.Attempts >= attempts && tail >= outageTail && o.SucceededAtEnd >= outageTail, nil
+		if out.Settled == 0 && out.TakenOut > 0 && (!announcer || out.Moved > 0) {
+			out.Settled = time.Since(start)
+		}
+		a := c.outageAttempt(ctx, r)
+		out.Attempts++
+		out.SucceededAtEnd++
+		if a.err != nil {
+			out.Failed++
+			out.LastFailure = time.Since(start)
+			out.SucceededAtEnd = 0
+		}
+		if out.Settled > 0 {
+			tail++
+			if a.err != nil {
+				out.FailedAfterSettled++
+				out.Failures = append(out.Failures, c.failure(ctx, exp, out.LastFailure, a))
+			}
+		}
+		return out.Attempts >= o.Attempts && tail >= outageTail && out.SucceededAtEnd >= outageTail, nil
 	})
-	o.Window = time.Since(start)
+	out.Window = time.Since(start)
 	if err != nil && !wait.Interrupted(err) {
-		return o, err
+		return out, err
 	}
-	if o.NewHolder, err = c.WaitForLeaseHolder(ctx, exp, ""); err != nil {
-		return o, err
+	if r == nil {
+		if out.NewHolder, err = c.WaitForLeaseHolder(ctx, exp, ""); err != nil {
+			return out, err
+		}
 	}
 	switchedOn = true
 	if err := down.SwitchAPIServer(true); err != nil {
-		return o, err
+		return out, err
 	}
 	start, tail = time.Now(), 0
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		ready, err := c.endpointReady(ctx, exp, down)
 		if err != nil {
-			ready = o.Back > 0
+			ready = out.Back > 0
 		}
-		if ready && o.Back == 0 {
-			o.Back = time.Since(start)
+		if ready && out.Back == 0 {
+			out.Back = time.Since(start)
 		}
-		o.BackAttempts++
-		if err := c.attempt(ctx); err != nil {
-			o.BackFailed++
-			o.BackFailures = append(o.BackFailures, c.failure(ctx, exp, time.Since(start), err))
+		out.BackAttempts++
+		if a := c.outageAttempt(ctx, r); a.err != nil {
+			out.BackFailed++
+			out.BackFailures = append(out.BackFailures, c.failure(ctx, exp, time.Since(start), a))
 		}
-		if o.Back > 0 {
+		if out.Back > 0 {
 			tail++
 		}
 		return tail >= outageTail, nil
 	})
-	return o, err
+	return out, err
 }
 
 // clientNeighbour is the client's neighbour entry for the VIP, with the name of the node whose MAC it holds: where the

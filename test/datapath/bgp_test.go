@@ -70,10 +70,47 @@ func TestBGP(t *testing.T) {
 	for _, line := range lines {
 		t.Run(string(line), func(t *testing.T) { bgpAdvertised(t, router, line) })
 	}
+	t.Run("one kube-apiserver down", func(t *testing.T) { bgpWithOneAPIServerDown(t, exp, router) })
 	t.Run("withdrawal", func(t *testing.T) { bgpWithdrawals(t, exp, router) })
 	if found, err := frr.InMachineNamespace(); err != nil || len(found) > 0 {
 		t.Errorf("FRR processes in the machine's network namespace: %v (%v)", found, err)
 	}
+}
+
+// bgpWithOneAPIServerDown: one control-plane node's kube-apiserver stops, its node and its BGP session staying up, as
+// TestVIPWithOneAPIServerDown does under L2. The extension publishes that endpoint as not ready; once the agents have
+// applied that, no new connection from behind the router fails, whichever node the router sends it to, and none fails
+// when the kube-apiserver is back. The failing window is logged.
+func bgpWithOneAPIServerDown(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure, router *ciliumnodes.Router) {
+	ctx := context.Background()
+	if _, err := cluster.Run(ctx, ciliumnodes.Agents{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.ExtensionArgs(ctx); err != nil {
+		t.Fatal(err)
+	}
+	o, err := cluster.StopOneAPIServer(ctx, exp, ciliumnodes.Outage{Attempts: ecmpConnections, Router: router})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Failed == o.Attempts {
+		t.Fatalf("no request through the VIP succeeded with %s's kube-apiserver down", o.Node)
+	}
+	if o.TakenOut == 0 {
+		t.Errorf("the exposure never published %s's endpoint as not ready within %s", o.Node, o.Window.Round(100*time.Millisecond))
+	}
+	if o.SucceededAtEnd < outageSettledInARow {
+		t.Errorf("after %s's endpoint was published as not ready, new connections through the VIP from behind the router still failed: %v", o.Node, o.Failures)
+	} else if o.FailedAfterSettled > 0 {
+		t.Logf("%d new connections through the VIP failed after %s's endpoint was published as not ready: %v", o.FailedAfterSettled, o.Node, o.Failures)
+	}
+	if o.Back == 0 || o.BackFailed > 0 {
+		t.Errorf("after %s's kube-apiserver came back: published ready after %s, %d of %d requests failed: %v", o.Node, o.Back, o.BackFailed, o.BackAttempts, o.BackFailures)
+	}
+	t.Logf("%s's kube-apiserver down, its node and BGP session up: %d of %d new connections from behind the router failed, the last %s after the stop; "+
+		"published not ready after %s; back: published ready after %s, %d of %d failed",
+		o.Node, o.Failed, o.Attempts, o.LastFailure.Round(100*time.Millisecond), o.TakenOut.Round(100*time.Millisecond),
+		o.Back.Round(100*time.Millisecond), o.BackFailed, o.BackAttempts)
 }
 
 func bgpAdvertised(t *testing.T, router *ciliumnodes.Router, line ciliumnodes.Chart) {

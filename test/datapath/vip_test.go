@@ -180,7 +180,7 @@ func vipWithOneAPIServerDown(t *testing.T, exp *extensionsv1alpha1.SelfHostedSho
 			if err := cluster.ExtensionArgs(ctx); err != nil {
 				t.Fatal(err)
 			}
-			o, err := cluster.StopOneAPIServer(ctx, exp, 30, tc.announcer)
+			o, err := cluster.StopOneAPIServer(ctx, exp, ciliumnodes.Outage{Attempts: 30, Announcer: tc.announcer})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -133,6 +134,9 @@ type Neighbor struct {
 	Address, State string
 	// PrefixesReceived is how many prefixes it sent that bgpd accepted.
 	PrefixesReceived int
+	// Established is when the session was last established (whole seconds; zero while it is not): a session that
+	// dropped and came back has a later one.
+	Established time.Time
 }
 
 // Neighbors are bgpd's IPv4 unicast neighbours (`show bgp ipv4 unicast summary json`).
@@ -146,6 +150,7 @@ func (r *Router) Neighbors(ctx context.Context) ([]Neighbor, error) {
 			State                 string `json:"state"`
 			PfxRcd                int    `json:"pfxRcd"`
 			AcceptedPrefixCounter int    `json:"acceptedPrefixCounter"`
+			EstablishedEpoch      int64  `json:"peerUptimeEstablishedEpoch"`
 		} `json:"peers"`
 	}
 	if err := json.Unmarshal(out, &summary); err != nil {
@@ -153,7 +158,11 @@ func (r *Router) Neighbors(ctx context.Context) ([]Neighbor, error) {
 	}
 	var neighbors []Neighbor
 	for addr, p := range summary.Peers {
-		neighbors = append(neighbors, Neighbor{Address: addr, State: p.State, PrefixesReceived: max(p.PfxRcd, p.AcceptedPrefixCounter)})
+		n := Neighbor{Address: addr, State: p.State, PrefixesReceived: max(p.PfxRcd, p.AcceptedPrefixCounter)}
+		if p.State == "Established" && p.EstablishedEpoch > 0 {
+			n.Established = time.Unix(p.EstablishedEpoch, 0)
+		}
+		neighbors = append(neighbors, n)
 	}
 	return neighbors, nil
 }
@@ -273,3 +282,66 @@ func isFRR(name string) bool {
 	}
 	return false
 }
+
+// SessionDrop is an established session that went away (or was established anew between two looks): the adjacency
+// change a router logs.
+type SessionDrop struct {
+	Address string
+	At      time.Time
+}
+
+// SessionWatch records the router's session drops while it runs.
+type SessionWatch struct {
+	mu    sync.Mutex
+	drops []SessionDrop
+	done  chan struct{}
+}
+
+// WatchSessions looks at the router's sessions every interval until ctx ends.
+func (r *Router) WatchSessions(ctx context.Context, interval time.Duration) *SessionWatch {
+	w := &SessionWatch{done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		established := map[string]time.Time{}
+		for {
+			if neighbors, err := r.Neighbors(ctx); err == nil {
+				now := map[string]time.Time{}
+				for _, n := range neighbors {
+					if !n.Established.IsZero() {
+						now[n.Address] = n.Established
+					}
+				}
+				w.mu.Lock()
+				for addr, since := range established {
+					if now[addr] != since {
+						w.drops = append(w.drops, SessionDrop{Address: addr, At: time.Now()})
+					}
+				}
+				w.mu.Unlock()
+				established = now
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(interval):
+			}
+		}
+	}()
+	return w
+}
+
+// Drops are the drops seen since t.
+func (w *SessionWatch) Drops(since time.Time) []SessionDrop {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []SessionDrop
+	for _, d := range w.drops {
+		if !d.At.Before(since) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// Wait waits until the watch has ended with its context.
+func (w *SessionWatch) Wait() { <-w.done }

@@ -59,6 +59,7 @@ func TestRouterInstallsECMPRouteFromSpeakers(t *testing.T) {
 	if why := frr.Available(); why != "" {
 		t.Skip(why)
 	}
+	started := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cgroups, err := reaper.Cgroup("frr-test")
@@ -132,6 +133,12 @@ func TestRouterInstallsECMPRouteFromSpeakers(t *testing.T) {
 	}
 	if len(neighbors) != 2 || slices.ContainsFunc(neighbors, func(n frr.Neighbor) bool { return n.State != "Established" || n.PrefixesReceived != 1 }) {
 		t.Errorf("neighbours %+v, want both speakers established with one prefix each", neighbors)
+	}
+	// Whole seconds: established after the test started, and not after now.
+	for _, n := range neighbors {
+		if n.Established.Before(started.Truncate(time.Second)) || n.Established.After(time.Now()) {
+			t.Errorf("neighbour %s established at %s, want between %s and now", n.Address, n.Established, started)
+		}
 	}
 	if found, err := frr.InMachineNamespace(); err != nil || len(found) > 0 {
 		t.Errorf("FRR processes in the machine's network namespace: %v (%v)", found, err)
