@@ -215,14 +215,10 @@ func bgp(ctx context.Context, cluster *ciliumnodes.Cluster, exp *extensionsv1alp
 		fmt.Printf("HTTPS through the VIP from %s behind the router worked via every control-plane node (after %s)\n", ciliumnodes.RemoteClientIP, took.Round(100*time.Millisecond))
 	}
 	sport := router.NextSourcePort()
-	hop, err := router.Via(sport)
-	if err != nil {
-		return nil, err
-	}
 	body, err := cluster.ReadyzFromRemote(ctx, router, sport)
 	if err != nil {
 		return nil, fmt.Errorf("HTTPS through the VIP from behind the router: %w", err)
 	}
-	fmt.Printf("GET https://%s:443/readyz from %s, routed via %s, certificate verified under %s: %s\n", fixtures.ExposureVIP, ciliumnodes.RemoteClientIP, hop, ciliumchart.ExternalHost, body)
+	fmt.Printf("GET https://%s:443/readyz from %s, routed via %s, certificate verified under %s: %s\n", fixtures.ExposureVIP, ciliumnodes.RemoteClientIP, router.Hop(ctx, sport), ciliumchart.ExternalHost, body)
 	return problems, nil
 }

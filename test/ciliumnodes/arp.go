@@ -34,18 +34,8 @@ func arpWatch(ctx context.Context, ns *podrun.Netns, ip string, not ...string) (
 // it came, until each returns true (nil) or ctx ends (its error). A raw socket of its own sees every answer, whatever
 // the kernel's neighbour table makes of it.
 func arpAnswers(ctx context.Context, ns *podrun.Netns, ip string, each func(mac string, at time.Time) bool) error {
-	var fd int
-	var iface *net.Interface
-	if err := ns.Do(func() error {
-		var err error
-		if iface, err = net.InterfaceByName("eth0"); err != nil {
-			return err
-		}
-		if fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, int(htons(unix.ETH_P_ARP))); err != nil {
-			return err
-		}
-		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ARP), Ifindex: iface.Index})
-	}); err != nil {
+	fd, iface, err := packetSocket(ns, unix.ETH_P_ARP)
+	if err != nil {
 		return fmt.Errorf("an ARP socket in %s: %w", ns.Name(), err)
 	}
 	defer unix.Close(fd)
@@ -112,4 +102,3 @@ func arpReplyFrom(f []byte, target net.IP) (string, bool) {
 	return net.HardwareAddr(f[22:28]).String(), true
 }
 
-func htons(v uint16) uint16 { return v<<8 | v>>8 }

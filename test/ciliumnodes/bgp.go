@@ -67,6 +67,8 @@ type Router struct {
 	// sourcePort is the last source port a connection from Remote used: each gets one of its own, none of them in
 	// TIME_WAIT from an earlier one.
 	sourcePort atomic.Int32
+	// hops says where the router sent each connection.
+	hops *hopCapture
 }
 
 // NextSourcePort is a source port for a new connection from Remote that no earlier one used lately.
@@ -119,7 +121,19 @@ func (c *Cluster) StartRouter(ctx context.Context) (*Router, error) {
 			}
 		}
 	}
+	nodeByMAC := map[string]string{}
+	for _, n := range c.Nodes() {
+		mac, err := n.MAC()
+		if err != nil {
+			return nil, err
+		}
+		nodeByMAC[mac] = n.Address()
+	}
+	if r.hops, err = startHopCapture(r.ns, nodeByMAC); err != nil {
+		return nil, fmt.Errorf("capturing the router's connections to the VIP: %w", err)
+	}
 	if r.Router, err = frr.Start(ctx, r.ns, filepath.Join(c.cgroups, "router"), conf); err != nil {
+		r.hops.stop()
 		return nil, err
 	}
 	c.router = r
@@ -130,6 +144,7 @@ func (c *Cluster) StartRouter(ctx context.Context) (*Router, error) {
 func (c *Cluster) stopRouter() {
 	if c.router != nil {
 		c.router.Stop()
+		c.router.hops.stop()
 		c.router = nil
 	}
 	if c.remote != nil {
@@ -162,22 +177,10 @@ func sysctl(ns *podrun.Netns, settings ...string) error {
 	return nil
 }
 
-// Via is the next hop the router picks for a TCP connection from the remote client's port sport to the VIP's port
-// 443, as its kernel hashes it over the paths of the VIP's route; "" when it has no route.
-func (r *Router) Via(sport int) (string, error) {
-	out, err := exec.Command("ip", "-n", r.ns.Name(), "route", "get", fixtures.ExposureVIP, "from", RemoteClientIP, "iif", "eth1",
-		"ipproto", "tcp", "sport", strconv.Itoa(sport), "dport", "443").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("ip route get in %s: %w: %s", r.ns.Name(), err, out)
-	}
-	f := strings.Fields(string(out))
-	for i := range f[:max(len(f)-1, 0)] {
-		if f[i] == "via" {
-			return f[i+1], nil
-		}
-	}
-	return "", nil
-}
+// Hop is the control-plane node (its InternalIP) the router forwarded the connection from the remote client's port
+// sport to, once that connection was made: "" when the router forwarded none (no route), or a MAC address when it
+// went to something else on the segment.
+func (r *Router) Hop(ctx context.Context, sport int) string { return r.hops.hop(ctx, sport) }
 
 // WaitForEveryNextHop waits until the router's route to the VIP goes via every control-plane node and no other.
 func (r *Router) WaitForEveryNextHop(ctx context.Context) error {
@@ -204,11 +207,9 @@ func (c *Cluster) ServedViaEveryNode(ctx context.Context, r *Router) (time.Durat
 	var early []string
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		sport := r.NextSourcePort()
-		hop, err := r.Via(sport)
+		_, err := c.ReadyzFromRemote(ctx, r, sport)
+		hop := r.Hop(ctx, sport)
 		if err != nil {
-			return false, err
-		}
-		if _, err := c.ReadyzFromRemote(ctx, r, sport); err != nil {
 			early = append(early, fmt.Sprintf("%s via %s: %v (ICMP unreachables sent so far: %v; agents %s)",
 				time.Since(start).Round(100*time.Millisecond), hop, err, c.UnreachablesSent(), c.AgentViews(ctx)))
 		} else {
@@ -363,11 +364,11 @@ func (c *Cluster) FailBGPNode(ctx context.Context, r *Router, name string, failu
 		w.Attempts++
 		sport := r.NextSourcePort()
 		at := time.Since(start)
-		hop, _ := r.Via(sport)
 		attempts.Go(func() {
 			actx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
 			_, err := c.ReadyzFromRemote(actx, r, sport)
+			hop := r.Hop(ctx, sport)
 			mu.Lock()
 			defer mu.Unlock()
 			if err == nil {

@@ -463,6 +463,11 @@ type APIServerOutage struct {
 	// FailedAfterSettled counts the failures after Settled; Failures say when (after the stop) and how they failed.
 	// SucceededAtEnd is how many requests in a row succeeded at the end of the outage.
 	FailedAfterSettled, SucceededAtEnd int
+	// Under BGP, the stopped kube-apiserver's node keeps announcing the VIP while its agent, which reaches
+	// kube-apiserver only through it, is blind: it never learns that its own endpoint is out. ViaDown and
+	// FailedViaDown count the requests after Settled that the router sent to that node, and those of them that failed;
+	// FailedAfterSettled and SucceededAtEnd count only the others.
+	ViaDown, FailedViaDown int
 	Failures                           []string
 	// Back is when, after the start, the endpoint was published as ready again (0: not within the window);
 	// BackAttempts and BackFailed count the requests from the start until outageTail after that; BackFailures say
@@ -477,7 +482,7 @@ type APIServerOutage struct {
 // what the exposure publishes.
 func (c *Cluster) failure(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, after time.Duration, a outageAttempt) string {
 	where := "via " + a.hop
-	if a.hop == "" {
+	if !a.bgp {
 		holder, err := c.LeaseHolder(ctx, exp)
 		if err != nil {
 			holder = "unknown"
@@ -504,8 +509,9 @@ type Outage struct {
 	Router *Router
 }
 
-// outageAttempt is one new request through the VIP: the router's next hop for it under BGP, and how it failed.
+// outageAttempt is one new request through the VIP: under BGP, the node the router sent it to; how it failed.
 type outageAttempt struct {
+	bgp bool
 	hop string
 	err error
 }
@@ -515,14 +521,10 @@ func (c *Cluster) outageAttempt(ctx context.Context, r *Router) outageAttempt {
 		return outageAttempt{err: c.attempt(ctx)}
 	}
 	sport := r.NextSourcePort()
-	hop, err := r.Via(sport)
-	if err != nil {
-		return outageAttempt{hop: "unknown", err: err}
-	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	attemptCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	_, err = c.ReadyzFromRemote(ctx, r, sport)
-	return outageAttempt{hop: hop, err: err}
+	_, err := c.ReadyzFromRemote(attemptCtx, r, sport)
+	return outageAttempt{bgp: true, hop: r.Hop(ctx, sport), err: err}
 }
 
 // StopOneAPIServer waits until the VIP serves, stops the kube-apiserver of a control-plane node as o says, and sends
@@ -576,16 +578,27 @@ func (c *Cluster) StopOneAPIServer(ctx context.Context, exp *extensionsv1alpha1.
 		}
 		a := c.outageAttempt(ctx, r)
 		out.Attempts++
-		out.SucceededAtEnd++
 		if a.err != nil {
 			out.Failed++
 			out.LastFailure = time.Since(start)
+		}
+		blind := out.Settled > 0 && a.bgp && a.hop == down.Address()
+		switch {
+		case blind:
+			out.ViaDown++
+		case a.err != nil:
 			out.SucceededAtEnd = 0
+		default:
+			out.SucceededAtEnd++
 		}
 		if out.Settled > 0 {
 			tail++
 			if a.err != nil {
-				out.FailedAfterSettled++
+				if blind {
+					out.FailedViaDown++
+				} else {
+					out.FailedAfterSettled++
+				}
 				out.Failures = append(out.Failures, c.failure(ctx, exp, out.LastFailure, a))
 			}
 		}
