@@ -10,6 +10,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
+
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumnodes"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/frr"
@@ -72,9 +74,12 @@ func bgpWithdrawals(r *report, runs int) error {
 				}
 			}
 		}
-		// The default timers, as the last Announce left them; a node's death does not depend on its agent's line.
+		// The default timers from here on; a node's death does not depend on its agent's line.
 		newest := ciliumLines[len(ciliumLines)-1]
 		if err := cluster.Announce(ctx, exp, ciliumnodes.ExposureConfigBGP); err != nil {
+			return err
+		}
+		if err := b.outages(ctx, exp); err != nil {
 			return err
 		}
 		for _, failure := range agentFailures {
@@ -92,6 +97,52 @@ func bgpWithdrawals(r *report, runs int) error {
 			"(counting starts once every session is up again after such a change). Flaps seen: "+b.flapsSeen())
 		return nil
 	})
+}
+
+// bgpOutages is how often section 10 stops one control-plane node's kube-apiserver, its node up.
+const bgpOutages = 3
+
+// outages stops one control-plane node's kube-apiserver bgpOutages times, its node and BGP session up, and reports
+// when the last new connection failed that the router sent to another node, and the share of those it sent to that
+// node that failed: its agent, blind while its own kube-apiserver is down, keeps load-balancing to it.
+func (b *bgpBench) outages(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) error {
+	var lastElsewhere []time.Duration
+	viaDown, failedViaDown, elsewhere := 0, 0, 0
+	for i := range bgpOutages {
+		if _, err := b.cluster.Run(ctx, ciliumnodes.Agents{Chart: ciliumnodes.GardenerChart}); err != nil {
+			return err
+		}
+		if i == 0 {
+			b.counted = time.Now()
+		}
+		o, err := b.cluster.StopOneAPIServer(ctx, exp, ciliumnodes.Outage{Attempts: 60, Router: b.router})
+		if err != nil {
+			return err
+		}
+		// The last failure among those the router sent elsewhere (Failures are in order; their hop is in the text).
+		last := o.TakenOut
+		for _, f := range o.Failures {
+			if !strings.Contains(f, "via "+b.cluster.Node(o.Node).Address()+",") {
+				if d, err := time.ParseDuration(strings.Fields(f)[0]); err == nil {
+					last = max(last, d)
+				}
+			}
+		}
+		fmt.Printf("   %s's kube-apiserver down, run %d: published not ready after %s; elsewhere %d failed after that, the last %s after the stop; "+
+			"via %s itself %d of %d failed; back: %d of %d failed\n", o.Node, i+1, o.TakenOut.Round(10*time.Millisecond), o.FailedAfterSettled,
+			last.Round(10*time.Millisecond), o.Node, o.FailedViaDown, o.ViaDown, o.BackFailed, o.BackAttempts)
+		lastElsewhere = append(lastElsewhere, last)
+		viaDown, failedViaDown, elsewhere = viaDown+o.ViaDown, failedViaDown+o.FailedViaDown, elsewhere+o.FailedAfterSettled
+		b.countFlaps(ctx, "kube-apiserver down", i, time.Now(), "")
+	}
+	slices.Sort(lastElsewhere)
+	worst := lastElsewhere[len(lastElsewhere)-1]
+	name := fmt.Sprintf("one kube-apiserver down, its node announcing, %d runs", bgpOutages)
+	b.r.add(Result{Section: bgpSection, Name: "last failing new connection sent to another node, after the stop, max, " + name,
+		Value: worst.Seconds(), Unit: "s", Goal: "<= 3s", Met: met(worst <= 3*time.Second)})
+	b.r.add(Result{Section: bgpSection, Name: "new connections sent to that node that failed once its endpoint was out, " + name,
+		Value: float64(failedViaDown), Unit: "count", Baseline: float64(viaDown), BaselineName: "sent there"})
+	return nil
 }
 
 // bgpBench is section 10's state: the runs so far and the flaps they saw.
@@ -174,13 +225,15 @@ func (b *bgpBench) withdrawals(ctx context.Context, line ciliumnodes.Chart, p bg
 
 // countFlaps counts the session drops since the last count, up to now, for a run that failed the node at ip at
 // failed: all but that node's first drop after its failure, which is waited for (the router's route went with its
-// session, but the watch looks only every 100 ms).
+// session, but the watch looks only every 100 ms). With no ip, no node was failed: every drop counts.
 func (b *bgpBench) countFlaps(ctx context.Context, name string, run int, failed time.Time, ip string) {
 	b.starts++
 	seen := func() bool {
 		return slices.ContainsFunc(b.sessions.Drops(failed), func(d frr.SessionDrop) bool { return d.Address == ip })
 	}
-	_ = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 2*time.Second, true, func(context.Context) (bool, error) { return seen(), nil })
+	if ip != "" {
+		_ = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 2*time.Second, true, func(context.Context) (bool, error) { return seen(), nil })
+	}
 	until := time.Now()
 	expected := false
 	for _, d := range b.sessions.Drops(b.counted) {

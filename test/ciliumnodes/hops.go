@@ -30,7 +30,8 @@ type hopCapture struct {
 }
 
 func startHopCapture(ns *podrun.Netns, nodeByMAC map[string]string) (*hopCapture, error) {
-	fd, _, err := packetSocket(ns, unix.ETH_P_IP)
+	// Only a socket for every protocol sees the frames a device sends (the kernel hands those to ptype_all taps).
+	fd, _, err := packetSocket(ns, unix.ETH_P_ALL)
 	if err != nil {
 		return nil, err
 	}
@@ -61,7 +62,7 @@ func (h *hopCapture) read() {
 			continue // the receive timeout, or an interrupted call
 		}
 		ll, ok := from.(*unix.SockaddrLinklayer)
-		if !ok || ll.Pkttype != unix.PACKET_OUTGOING || n < 14+20 {
+		if !ok || ll.Pkttype != unix.PACKET_OUTGOING || n < 14+20 || binary.BigEndian.Uint16(frame[12:14]) != unix.ETH_P_IP {
 			continue
 		}
 		ip := frame[14:n]
