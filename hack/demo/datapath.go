@@ -168,12 +168,12 @@ func bgp(ctx context.Context, cluster *ciliumnodes.Cluster, exp *extensionsv1alp
 	step("Switching the exposure to announcement BGP: FRR as the top-of-rack router tor-a (%s, AS %d) with docs/bgp.md's "+
 		"configuration, the client network %s behind it; the control-plane nodes peer as AS %d",
 		ciliumnodes.RouterIP, ciliumnodes.RouterASN, ciliumnodes.RemoteNetwork, ciliumnodes.NodesASN)
-	router, err := cluster.StartRouter(ctx)
-	if err != nil {
+	// The node killed above comes back with its agent, and gets its route through the router with the others.
+	if _, err := cluster.Run(ctx, agents); err != nil {
 		return nil, err
 	}
-	// The node killed above comes back with its agent.
-	if _, err := cluster.Run(ctx, agents); err != nil {
+	router, err := cluster.StartRouter(ctx)
+	if err != nil {
 		return nil, err
 	}
 	start := time.Now()
