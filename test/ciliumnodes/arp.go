@@ -101,4 +101,3 @@ func arpReplyFrom(f []byte, target net.IP) (string, bool) {
 	}
 	return net.HardwareAddr(f[22:28]).String(), true
 }
-

@@ -463,12 +463,12 @@ type APIServerOutage struct {
 	// FailedAfterSettled counts the failures after Settled; Failures say when (after the stop) and how they failed.
 	// SucceededAtEnd is how many requests in a row succeeded at the end of the outage.
 	FailedAfterSettled, SucceededAtEnd int
+	Failures                           []string
 	// Under BGP, the stopped kube-apiserver's node keeps announcing the VIP while its agent, which reaches
 	// kube-apiserver only through it, is blind: it never learns that its own endpoint is out. ViaDown and
 	// FailedViaDown count the requests after Settled that the router sent to that node, and those of them that failed;
 	// FailedAfterSettled and SucceededAtEnd count only the others.
 	ViaDown, FailedViaDown int
-	Failures                           []string
 	// Back is when, after the start, the endpoint was published as ready again (0: not within the window);
 	// BackAttempts and BackFailed count the requests from the start until outageTail after that; BackFailures say
 	// when (after the start) and how they failed.

@@ -78,10 +78,17 @@ type Node struct {
 }
 
 // route adds a static route of the node (`ip route replace` with args, the destination first), which its network
-// configuration adds again whenever its link comes up: the kernel drops the routes over a link that goes down.
+// configuration adds again whenever its link comes up: the kernel drops the routes over a link that goes down, and
+// takes none over a link that is down (the route is then only recorded).
 func (n *Node) route(args ...string) error {
-	if err := n.netns.IP(append([]string{"route", "replace"}, args...)...); err != nil {
+	up, err := n.linkUp()
+	if err != nil {
 		return err
+	}
+	if up {
+		if err := n.netns.IP(append([]string{"route", "replace"}, args...)...); err != nil {
+			return err
+		}
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -615,6 +622,15 @@ func (n *Node) revive() error {
 		}
 	}
 	return n.SetLink(true)
+}
+
+// linkUp says whether the node's eth0 is up.
+func (n *Node) linkUp() (bool, error) {
+	out, err := exec.Command("ip", "-n", n.netns.Name(), "-o", "link", "show", "eth0").Output()
+	if err != nil {
+		return false, fmt.Errorf("ip link show eth0 in %s: %w", n.netns.Name(), err)
+	}
+	return strings.Contains(string(out), ",UP") || strings.Contains(string(out), "<UP"), nil
 }
 
 // SetLink brings the node's eth0 up or down; up, with its static routes again.
