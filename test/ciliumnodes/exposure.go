@@ -469,6 +469,8 @@ type APIServerOutage struct {
 	// FailedViaDown count the requests after Settled that the router sent to that node, and those of them that failed;
 	// FailedAfterSettled and SucceededAtEnd count only the others.
 	ViaDown, FailedViaDown int
+	// LastFailureElsewhere is when, after the stop, the last request failed that the router sent to another node.
+	LastFailureElsewhere time.Duration
 	// Back is when, after the start, the endpoint was published as ready again (0: not within the window);
 	// BackAttempts and BackFailed count the requests from the start until outageTail after that; BackFailures say
 	// when (after the start) and how they failed.
@@ -581,6 +583,9 @@ func (c *Cluster) StopOneAPIServer(ctx context.Context, exp *extensionsv1alpha1.
 		if a.err != nil {
 			out.Failed++
 			out.LastFailure = time.Since(start)
+			if a.bgp && a.hop != down.Address() {
+				out.LastFailureElsewhere = out.LastFailure
+			}
 		}
 		blind := out.Settled > 0 && a.bgp && a.hop == down.Address()
 		switch {

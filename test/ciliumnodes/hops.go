@@ -15,7 +15,7 @@ import (
 )
 
 // hopCapture records which node the router forwarded each connection from the remote client to the VIP to, by the
-// source port of its first SYN: read from the frames the router sends on the nodes' segment (a packet socket on its
+// source port of its SYN: read from the frames the router sends on the nodes' segment (a packet socket on its
 // eth0), by their destination MAC. The router picks a path of its multipath route by the packet's flow hash, and for
 // a connection that hash is its socket's random one (the kernel keeps skb->hash across the veth; a NIC's RSS hash
 // plays that part on a real router), so `ip route get` with the ports does not say where a connection goes.
@@ -76,14 +76,14 @@ func (h *hopCapture) read() {
 		}
 		sport := binary.BigEndian.Uint16(tcp[0:2])
 		mac := net.HardwareAddr(frame[0:6]).String()
-		h.mu.Lock()
-		if _, seen := h.hops[sport]; !seen {
-			node, ok := h.nodeByMAC[mac]
-			if !ok {
-				node = mac
-			}
-			h.hops[sport] = node
+		node, ok := h.nodeByMAC[mac]
+		if !ok {
+			node = mac
 		}
+		// The last SYN wins: the kernel gives a socket a new flow hash when its SYN times out, so a retransmission
+		// can take another path, and the one answered is the last.
+		h.mu.Lock()
+		h.hops[sport] = node
 		h.mu.Unlock()
 	}
 }

@@ -164,7 +164,7 @@ func (c *Cluster) syncOperator(ctx context.Context) {
 		logf("kubelet of %s: starting cilium-operator again: %v", n.Name, err)
 		return
 	}
-	logf("kubelet of %s: cilium-operator started again (back-off %s)", n.Name, c.operatorCrashLoop.Get(key))
+	logf("kubelet of %s: cilium-operator started again (should it exit again: back-off %s)", n.Name, c.operatorCrashLoop.Get(key))
 	c.operatorExited = time.Time{}
 }
 

@@ -498,20 +498,32 @@ func (n *Node) Stop() { n.end(func(p *podrun.Started) { p.Stop(context.Backgroun
 // Kill ends the node's Cilium processes at once, their children included, as when the node dies. The node's datapath
 // stays (hostFS).
 func (n *Node) Kill() {
+	// Taken from the node first: the nodes' kubelet restarts an operator that exits while it is still the node's.
+	processes := n.take()
 	_ = os.WriteFile(filepath.Join(n.cgroup, "cgroup.kill"), []byte("1"), 0o644)
-	n.end(func(p *podrun.Started) { p.Kill() })
+	for _, p := range processes {
+		p.Kill()
+	}
 }
 
 func (n *Node) end(how func(*podrun.Started)) {
+	for _, p := range n.take() {
+		how(p)
+	}
+}
+
+// take takes the node's Cilium processes from it.
+func (n *Node) take() []*podrun.Started {
 	n.mu.Lock()
-	processes := []*podrun.Started{n.agent, n.operator}
-	n.agent, n.operator, n.agentPod = nil, nil, ""
-	n.mu.Unlock()
-	for _, p := range processes {
+	defer n.mu.Unlock()
+	var processes []*podrun.Started
+	for _, p := range []*podrun.Started{n.agent, n.operator} {
 		if p != nil {
-			how(p)
+			processes = append(processes, p)
 		}
 	}
+	n.agent, n.operator, n.agentPod = nil, nil, ""
+	return processes
 }
 
 // LogTail is the end of the agent's log.

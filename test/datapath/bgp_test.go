@@ -109,10 +109,10 @@ func bgpWithOneAPIServerDown(t *testing.T, exp *extensionsv1alpha1.SelfHostedSho
 	if o.Back == 0 || o.BackFailed > 0 {
 		t.Errorf("after %s's kube-apiserver came back: published ready after %s, %d of %d requests failed: %v", o.Node, o.Back, o.BackFailed, o.BackAttempts, o.BackFailures)
 	}
-	t.Logf("%s's kube-apiserver down, its node and BGP session up: %d of %d new connections from behind the router failed, the last %s after the stop; "+
+	t.Logf("%s's kube-apiserver down, its node and BGP session up: %d of %d new connections from behind the router failed, the last sent to another node %s after the stop; "+
 		"published not ready after %s; after that, %d of %d connections sent to %s itself failed (its blind agent), %d of those sent elsewhere; "+
 		"back: published ready after %s, %d of %d failed",
-		o.Node, o.Failed, o.Attempts, o.LastFailure.Round(100*time.Millisecond), o.TakenOut.Round(100*time.Millisecond),
+		o.Node, o.Failed, o.Attempts, o.LastFailureElsewhere.Round(100*time.Millisecond), o.TakenOut.Round(100*time.Millisecond),
 		o.FailedViaDown, o.ViaDown, o.Node, o.FailedAfterSettled, o.Back.Round(100*time.Millisecond), o.BackFailed, o.BackAttempts)
 }
 

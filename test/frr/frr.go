@@ -134,8 +134,9 @@ type Neighbor struct {
 	Address, State string
 	// PrefixesReceived is how many prefixes it sent that bgpd accepted.
 	PrefixesReceived int
-	// Established is when the session was last established (whole seconds; zero while it is not): a session that
-	// dropped and came back has a later one.
+	// Established is when the session was last established (zero while it is not). bgpd computes it from two clocks
+	// each read in whole seconds, so it can move by a second while the session stands; a session that
+	// dropped and came back has a later one by more (GoBGP idles 5 s after a reset before it dials again).
 	Established time.Time
 }
 
@@ -290,6 +291,9 @@ type SessionDrop struct {
 	At      time.Time
 }
 
+// establishedJitter is how far a standing session's Established moves.
+const establishedJitter = time.Second
+
 // SessionWatch records the router's session drops while it runs.
 type SessionWatch struct {
 	mu    sync.Mutex
@@ -313,8 +317,10 @@ func (r *Router) WatchSessions(ctx context.Context, interval time.Duration) *Ses
 				}
 				w.mu.Lock()
 				for addr, since := range established {
-					if now[addr] != since {
+					if again, up := now[addr]; !up || again.Sub(since) > establishedJitter {
 						w.drops = append(w.drops, SessionDrop{Address: addr, At: time.Now()})
+					} else {
+						now[addr] = since
 					}
 				}
 				w.mu.Unlock()

@@ -140,6 +140,14 @@ func TestRouterInstallsECMPRouteFromSpeakers(t *testing.T) {
 			t.Errorf("neighbour %s established at %s, want between %s and now", n.Address, n.Established, started)
 		}
 	}
+	// Standing sessions are no drops, across several of bgpd's whole-second clock readings.
+	watching, stopWatching := context.WithTimeout(ctx, 2500*time.Millisecond)
+	watch := router.WatchSessions(watching, 100*time.Millisecond)
+	watch.Wait()
+	stopWatching()
+	if drops := watch.Drops(started); len(drops) > 0 {
+		t.Errorf("the watch saw standing sessions drop: %+v", drops)
+	}
 	if found, err := frr.InMachineNamespace(); err != nil || len(found) > 0 {
 		t.Errorf("FRR processes in the machine's network namespace: %v (%v)", found, err)
 	}

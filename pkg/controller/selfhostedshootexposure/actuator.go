@@ -192,9 +192,15 @@ func (a *actuator) waitForIngress(ctx context.Context, desired *corev1.Service, 
 		pool = &ciliumv2.CiliumLoadBalancerIPPool{}
 	)
 	assigned, err := a.poll(ctx, func(ctx context.Context) (bool, error) {
-		// Not from the cache: right after a replacement the informer may still hold the old Service, with its ingress.
-		if err := a.reader.Get(ctx, client.ObjectKeyFromObject(desired), svc); client.IgnoreNotFound(err) != nil {
+		if err := a.client.Get(ctx, client.ObjectKeyFromObject(desired), svc); client.IgnoreNotFound(err) != nil {
 			return false, err
+		}
+		// An ingress is confirmed without the cache: right after a replacement the informer may still hold the old
+		// Service, with its ingress.
+		if len(svc.Status.LoadBalancer.Ingress) > 0 {
+			if err := a.reader.Get(ctx, client.ObjectKeyFromObject(desired), svc); err != nil {
+				return false, client.IgnoreNotFound(err)
+			}
 		}
 		if err := a.client.Get(ctx, client.ObjectKey{Name: poolName}, pool); client.IgnoreNotFound(err) != nil {
 			return false, err
