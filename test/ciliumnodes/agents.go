@@ -254,7 +254,7 @@ func (c *Cluster) setNetworkConfig(ctx context.Context, lease *LeaseTimings) err
 // update while the webhook cannot pin it (unreachable, or answering from a view it does not trust yet); it is retried
 // for a minute, as Gardener's resource manager retries a refused apply.
 func (c *Cluster) storeConfig(ctx context.Context, config *corev1.ConfigMap) error {
-	var last error
+	var last, refused error
 	if err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
 		// Updated even when the data look the same, as the resource manager updates the whole object: what the stored
 		// one holds may be the webhook's completion of another Shoot configuration.
@@ -266,9 +266,12 @@ func (c *Cluster) storeConfig(ctx context.Context, config *corev1.ConfigMap) err
 			cm.Data = maps.Clone(config.Data)
 			last = c.env.Client.Update(ctx, cm)
 		}
+		if last != nil && ignoreRefused(last) == nil {
+			refused = last
+		}
 		return last == nil, ignoreRefused(last)
 	}); err != nil {
-		return fmt.Errorf("storing %s: %w (%v)", config.Name, err, last)
+		return fmt.Errorf("storing %s: %w (last refusal: %v)", config.Name, err, refused)
 	}
 	return nil
 }
