@@ -140,6 +140,10 @@ func (c *Cluster) StartRouter(ctx context.Context) (*Router, error) {
 	return r, nil
 }
 
+// StopRouter stops the router and its capture and removes the network behind it, so that the tests after a BGP one
+// find the segment as they would without it; the nodes keep their routes through it, which lead nowhere then.
+func (c *Cluster) StopRouter() { c.stopRouter() }
+
 // stopRouter stops FRR; the namespaces go with the segment.
 func (c *Cluster) stopRouter() {
 	if c.router != nil {

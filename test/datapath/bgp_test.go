@@ -43,6 +43,7 @@ func TestBGP(t *testing.T) {
 		if _, err := cluster.WaitForLeaseHolder(ctx, exp, ""); err != nil {
 			t.Errorf("back to L2: %v", err)
 		}
+		cluster.StopRouter()
 	})
 	through := cluster.Chart()
 	if err := cluster.Announce(ctx, exp, ciliumnodes.ExposureConfigBGP); err != nil {
