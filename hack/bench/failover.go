@@ -234,7 +234,7 @@ func rollingUpdates(ctx context.Context, r *report, cluster *ciliumnodes.Cluster
 	attempts, failed, broken, moves, handed := 0, 0, 0, 0, 0
 
 	for i := range runs {
-		o, err := cluster.RollOut(ctx, exp, establishedThroughRollout)
+		o, err := cluster.RollOut(ctx, exp, establishedThroughRollout, nil)
 		if err != nil {
 			return err
 		}

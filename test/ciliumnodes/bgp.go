@@ -15,9 +15,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/frr"
@@ -38,24 +43,44 @@ const (
 	routerRemoteIP = "172.30.0.1"
 )
 
-// ExposureConfigBGP is the exposure's providerConfig that advertises fixtures.ExposureVIP to the router, with the peer's
-// default timers.
-var ExposureConfigBGP = ExposureConfigBGPTimers(0, 0)
+// ExposureConfigBGP is the exposure's providerConfig that advertises fixtures.ExposureVIP to the router, with the
+// exposure's defaults for the peer.
+var ExposureConfigBGP = ExposureConfigBGPWith(BGPSettings{})
 
-// ExposureConfigBGPTimers is ExposureConfigBGP with the peer's hold time and keepalive interval in seconds (0: the
-// default).
-func ExposureConfigBGPTimers(hold, keepalive int) string {
-	timers := ""
-	if hold > 0 {
-		timers += `,"holdTimeSeconds":` + strconv.Itoa(hold)
+// DrainLabel is the label of docs/bgp.md's drain: a control-plane node that has it is no longer selected to peer.
+const DrainLabel = "example.com/bgp-drain"
+
+// BGPSettings are what a test sets of the exposure's BGP configuration; zero values leave the exposure's defaults.
+type BGPSettings struct {
+	// HoldTime and KeepAlive are the peer's timers in seconds.
+	HoldTime, KeepAlive int
+	// GracefulRestart, when set, turns the peer's graceful restart on with this restart time in seconds.
+	GracefulRestart int
+	// Drainable selects the control-plane nodes without DrainLabel, as docs/bgp.md's drain does.
+	Drainable bool
+}
+
+// ExposureConfigBGPWith is ExposureConfigBGP with the settings p.
+func ExposureConfigBGPWith(p BGPSettings) string {
+	selector := ""
+	if p.Drainable {
+		selector = `,"nodeSelector":{"matchExpressions":[{"key":"node-role.kubernetes.io/control-plane","operator":"Exists"},` +
+			`{"key":"` + DrainLabel + `","operator":"DoesNotExist"}]}`
 	}
-	if keepalive > 0 {
-		timers += `,"keepAliveTimeSeconds":` + strconv.Itoa(keepalive)
+	peer := ""
+	if p.HoldTime > 0 {
+		peer += `,"holdTimeSeconds":` + strconv.Itoa(p.HoldTime)
+	}
+	if p.KeepAlive > 0 {
+		peer += `,"keepAliveTimeSeconds":` + strconv.Itoa(p.KeepAlive)
+	}
+	if p.GracefulRestart > 0 {
+		peer += `,"gracefulRestart":{"enabled":true,"restartTimeSeconds":` + strconv.Itoa(p.GracefulRestart) + `}`
 	}
 	return `{"apiVersion":"cilium-selfhosted.extensions.gardener.cloud/v1alpha1","kind":"ExposureConfig",` +
 		`"announcement":"BGP","pool":{"cidrs":["203.0.113.0/28"]},"loadBalancerIPs":["` + fixtures.ExposureVIP + `"],` +
 		`"bgp":{"localASN":` + strconv.Itoa(NodesASN) + `,"peers":[{"name":"tor-a","address":"` + RouterIP + `","asn":` +
-		strconv.Itoa(RouterASN) + timers + `}]}}`
+		strconv.Itoa(RouterASN) + peer + `}]` + selector + `}}`
 }
 
 // Router is the BGP router on the nodes' segment and the client behind it.
@@ -141,11 +166,9 @@ func (c *Cluster) StartRouter(ctx context.Context) (*Router, error) {
 }
 
 // StopRouter stops the router and its capture and removes the network behind it, so that the tests after a BGP one
-// find the segment as they would without it; the nodes keep their routes through it, which lead nowhere then.
-func (c *Cluster) StopRouter() { c.stopRouter() }
-
-// stopRouter stops FRR; the namespaces go with the segment.
-func (c *Cluster) stopRouter() {
+// find the segment as they would without it; the nodes keep their routes through it, which lead nowhere then. The
+// router's own namespace goes with the segment.
+func (c *Cluster) StopRouter() {
 	if c.router != nil {
 		c.router.Stop()
 		c.router.hops.stop()
@@ -188,16 +211,22 @@ func (r *Router) Hop(ctx context.Context, sport int) string { return r.hops.hop(
 
 // WaitForEveryNextHop waits until the router's route to the VIP goes via every control-plane node and no other.
 func (r *Router) WaitForEveryNextHop(ctx context.Context) error {
+	return r.WaitForNextHops(ctx, fixtures.ControlPlaneIPs)
+}
+
+// WaitForNextHops waits until the router's route to the VIP goes via the nodes (their InternalIPs) want and no other.
+func (r *Router) WaitForNextHops(ctx context.Context, want []string) error {
+	want = slices.Sorted(slices.Values(want))
 	var hops []string
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
 		var err error
 		hops, err = r.NextHops(fixtures.ExposureVIP)
 		slices.Sort(hops)
-		return slices.Equal(hops, fixtures.ControlPlaneIPs), err
+		return slices.Equal(hops, want), err
 	})
 	if err != nil {
 		neighbors, _ := r.Neighbors(ctx)
-		return fmt.Errorf("the router's route to the VIP goes via %v, want every control-plane node %v: %w; neighbours %+v\n%s", hops, fixtures.ControlPlaneIPs, err, neighbors, r.Log())
+		return fmt.Errorf("the router's route to the VIP goes via %v, want %v: %w; neighbours %+v\n%s", hops, want, err, neighbors, r.Log())
 	}
 	return nil
 }
@@ -206,25 +235,76 @@ func (r *Router) WaitForEveryNextHop(ctx context.Context) error {
 // control-plane node, for at most a minute, and says how long that took and which failed before: a node advertises
 // the VIP before its load balancer may serve it.
 func (c *Cluster) ServedViaEveryNode(ctx context.Context, r *Router) (time.Duration, []string, error) {
+	return c.ServedVia(ctx, r, fixtures.ControlPlaneIPs, time.Minute)
+}
+
+// AfterSwitch is how long ServedVia gives agents that ran through a switch of the exposure between L2 and BGP: Cilium
+// 1.19's agents let some new connections through the VIP miss their load balancer for 8 s to over a minute after it
+// (docs/bgp.md, "Switching an exposure between L2 and BGP").
+const AfterSwitch = 3 * time.Minute
+
+// ServedVia is ServedViaEveryNode for the nodes (their InternalIPs) via, for at most within.
+func (c *Cluster) ServedVia(ctx context.Context, r *Router, via []string, within time.Duration) (time.Duration, []string, error) {
 	start := time.Now()
 	served := map[string]bool{}
 	var early []string
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, within, true, func(ctx context.Context) (bool, error) {
 		sport := r.NextSourcePort()
 		_, err := c.ReadyzFromRemote(ctx, r, sport)
 		hop := r.Hop(ctx, sport)
 		if err != nil {
-			early = append(early, fmt.Sprintf("%s via %s: %v (ICMP unreachables sent so far: %v; agents %s)",
-				time.Since(start).Round(100*time.Millisecond), hop, err, c.UnreachablesSent(), c.AgentViews(ctx)))
-		} else if slices.Contains(fixtures.ControlPlaneIPs, hop) {
+			early = append(early, fmt.Sprintf("%s via %s: %v", time.Since(start).Round(100*time.Millisecond), hop, err))
+		} else if slices.Contains(via, hop) {
 			served[hop] = true
 		}
-		return len(served) == len(fixtures.ControlPlaneIPs), nil
+		return len(served) == len(via), nil
 	})
 	if err != nil {
-		return time.Since(start), early, fmt.Errorf("HTTPS through the VIP from behind the router did not work via every control-plane node: it did via %v: %w; failures %v", served, err, early)
+		return time.Since(start), early, fmt.Errorf("HTTPS through the VIP from behind the router did not work via each of %v within %s: it did via %v: %w; "+
+			"ICMP unreachables the kernels sent: %v; agents %s; failures %v", via, within, served, err, c.UnreachablesSent(), c.AgentViews(context.WithoutCancel(ctx)), early)
 	}
 	return time.Since(start), early, nil
+}
+
+// BGPNodeConfigs describes the CiliumBGPNodeConfigs that Cilium's operator made, with each peer's state as the node's
+// agent reports it, and the tail of each control-plane agent's log: what to read when a node does not peer.
+func (c *Cluster) BGPNodeConfigs(ctx context.Context) string {
+	list := &ciliumv2.CiliumBGPNodeConfigList{}
+	if err := c.env.Client.List(ctx, list); err != nil {
+		return err.Error()
+	}
+	var configs []string
+	for _, nc := range list.Items {
+		var peers []string
+		for _, instance := range nc.Status.BGPInstances {
+			for _, p := range instance.PeerStatuses {
+				peers = append(peers, fmt.Sprintf("%s %s", p.Name, ptr.Deref(p.PeeringState, "?")))
+			}
+		}
+		configs = append(configs, fmt.Sprintf("%s (created %s): %v", nc.Name, nc.CreationTimestamp.Format("15:04:05"), peers))
+	}
+	var logs []string
+	for _, n := range c.Nodes() {
+		if n.ControlPlane {
+			logs = append(logs, "--- agent of "+n.Name+" ---\n"+n.LogTail())
+		}
+	}
+	return fmt.Sprintf("CiliumBGPNodeConfigs %v\n%s", configs, strings.Join(logs, "\n"))
+}
+
+// Drain labels the node with DrainLabel (drain) or removes the label, as an operator does with docs/bgp.md's drain.
+func (c *Cluster) Drain(ctx context.Context, node string, drain bool) error {
+	n := &corev1.Node{}
+	if err := c.env.Client.Get(ctx, client.ObjectKey{Name: node}, n); err != nil {
+		return err
+	}
+	patch := client.MergeFrom(n.DeepCopy())
+	if drain {
+		metav1.SetMetaDataLabel(&n.ObjectMeta, DrainLabel, "true")
+	} else {
+		delete(n.Labels, DrainLabel)
+	}
+	return c.env.Client.Patch(ctx, n, patch)
 }
 
 // UnreachablesSent counts, per host (the router and each node), the ICMP destination-unreachable messages its kernel
@@ -256,7 +336,12 @@ func (c *Cluster) UnreachablesSent() map[string]int {
 // ReadyzFromRemote sends GET /readyz through the VIP from the client behind the router, from its port sport (0: any),
 // verifying kube-apiserver's certificate under the shoot's API name as every client of the VIP does.
 func (c *Cluster) ReadyzFromRemote(ctx context.Context, r *Router, sport int) (string, error) {
-	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return c.readyzThroughVIP(ctx, r.dialer(sport))
+}
+
+// dialer dials from the client behind the router, from its port sport (0: any).
+func (r *Router) dialer(sport int) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		var conn net.Conn
 		err := r.Remote.Do(func() (err error) {
 			d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(RemoteClientIP), Port: sport}}
@@ -265,7 +350,6 @@ func (c *Cluster) ReadyzFromRemote(ctx context.Context, r *Router, sport int) (s
 		})
 		return conn, err
 	}
-	return c.readyzThroughVIP(ctx, dial)
 }
 
 // Announce sets the exposure's providerConfig in the shoot (as an operator changes the Shoot and gardenlet the

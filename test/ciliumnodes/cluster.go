@@ -230,7 +230,7 @@ func (c *Cluster) Close() {
 			fmt.Fprintln(os.Stderr, err)
 		}
 	}
-	c.stopRouter()
+	c.StopRouter()
 	if c.lan != nil {
 		c.lan.close()
 	}

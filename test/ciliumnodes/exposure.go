@@ -509,6 +509,9 @@ type Outage struct {
 	// from a source port of its own, so that ECMP spreads them over the nodes, every one of which announces the VIP
 	// (there is no holder, and Announcer is ignored). Unset, they come from the client on the nodes' segment.
 	Router *Router
+	// Drained, under BGP, names the control-plane node whose kube-apiserver stops, which the operator took out of the
+	// announcement beforehand (Drain): the router has no route via it.
+	Drained string
 }
 
 // outageAttempt is one new request through the VIP: under BGP, the node the router sent it to; how it failed.
@@ -535,16 +538,29 @@ func (c *Cluster) outageAttempt(ctx context.Context, r *Router) outageAttempt {
 // kube-apiserver again and sends requests until outageTail after it is published as ready again.
 func (c *Cluster) StopOneAPIServer(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, o Outage) (out APIServerOutage, err error) {
 	r, announcer := o.Router, o.Announcer && o.Router == nil
+	if o.Drained != "" && (r == nil || c.nodes[o.Drained] == nil) {
+		return out, fmt.Errorf("only a control-plane node under BGP can be drained, not %q", o.Drained)
+	}
 	var holder string
 	if r == nil {
 		holder, err = c.WaitUntilServing(ctx, exp)
-	} else if err = r.WaitForEveryNextHop(ctx); err == nil {
-		_, _, err = c.ServedViaEveryNode(ctx, r)
+	} else {
+		announcing := slices.DeleteFunc(slices.Clone(fixtures.ControlPlaneIPs), func(ip string) bool {
+			return o.Drained != "" && ip == c.nodes[o.Drained].Address()
+		})
+		if err = r.WaitForNextHops(ctx, announcing); err == nil {
+			_, _, err = c.ServedVia(ctx, r, announcing, time.Minute)
+		}
 	}
 	if err != nil {
 		return out, err
 	}
-	i := slices.IndexFunc(c.Nodes(), func(n *Node) bool { return n.ControlPlane && (n.Name == holder) == announcer })
+	i := slices.IndexFunc(c.Nodes(), func(n *Node) bool {
+		if o.Drained != "" {
+			return n.Name == o.Drained
+		}
+		return n.ControlPlane && (n.Name == holder) == announcer
+	})
 	down := c.Nodes()[i]
 	out.Node, out.Announcer, out.Holder = down.Name, announcer, holder
 	c.disturb(down.Name)

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"sync"
@@ -43,6 +44,29 @@ type Rollout struct {
 	Broken      []string
 	// HandedOver are the extension's HandedOver events meanwhile: released leases it took for a settled agent's node.
 	HandedOver []string
+	// Routes are the router's next hops to the VIP, each time they changed (under BGP).
+	Routes []Route
+}
+
+// Route says that the router's route to the VIP went via Hops from At on.
+type Route struct {
+	Hops []string
+	At   time.Duration
+}
+
+func (r Route) String() string { return fmt.Sprintf("%v after %s", r.Hops, r.At) }
+
+// Withdrawals counts how often a next hop left the router's route to the VIP.
+func (r Rollout) Withdrawals() int {
+	n := 0
+	for i := 1; i < len(r.Routes); i++ {
+		for _, hop := range r.Routes[i-1].Hops {
+			if !slices.Contains(r.Routes[i].Hops, hop) {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // Moves counts how often the lease went from one node to another.
@@ -74,8 +98,10 @@ const establishedInterval = 200 * time.Millisecond
 // Gardener's agent DaemonSet as `kubectl rollout restart` does. Kubernetes' DaemonSet controller then replaces the
 // pods by the chart's update strategy (maxUnavailable 2), and the nodes' kubelets stop the old agents with the pods'
 // grace period and start the new ones (the nodes keep their datapath across the restart, hostFS). It returns once every
-// node runs a new pod's agent, Ready, and the VIP serves again, with what the VIP did meanwhile.
-func (c *Cluster) RollOut(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, established int) (Rollout, error) {
+// node runs a new pod's agent, Ready, and the VIP serves again, with what the VIP did meanwhile. With a router (the
+// exposure announcing over BGP), the connections come from the client behind it, and the router's route to the VIP is
+// watched instead of the L2 lease and ARP.
+func (c *Cluster) RollOut(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, established int, router *Router) (Rollout, error) {
 	var r Rollout
 	c.mu.Lock()
 	inst := c.installed[GardenerChart]
@@ -84,7 +110,18 @@ func (c *Cluster) RollOut(ctx context.Context, exp *extensionsv1alpha1.SelfHoste
 	if inst == nil || !running {
 		return r, fmt.Errorf("a rollout needs Gardener's chart running")
 	}
-	if _, err := c.WaitUntilServing(ctx, exp); err != nil {
+	serving := func() error {
+		if router == nil {
+			_, err := c.WaitUntilServing(ctx, exp)
+			return err
+		}
+		if err := router.WaitForEveryNextHop(ctx); err != nil {
+			return err
+		}
+		_, _, err := c.ServedViaEveryNode(ctx, router)
+		return err
+	}
+	if err := serving(); err != nil {
 		return r, err
 	}
 	old := map[types.UID]bool{}
@@ -104,18 +141,28 @@ func (c *Cluster) RollOut(ctx context.Context, exp *extensionsv1alpha1.SelfHoste
 	if err != nil {
 		return r, err
 	}
+	// newConn is how one new connection through the VIP is dialled, and, once it was, where the router sent it.
+	newConn := func() (func(context.Context, string, string) (net.Conn, error), func(context.Context) string) {
+		if router == nil {
+			return c.Client.DialContext, func(context.Context) string { return "" }
+		}
+		sport := router.NextSourcePort()
+		return router.dialer(sport), func(ctx context.Context) string { return router.Hop(ctx, sport) }
+	}
 	var conns []*tls.Conn
+	var via []string
 	defer func() {
 		for _, conn := range conns {
 			conn.Close()
 		}
 	}()
 	for range established {
-		conn, err := c.dialVIP(ctx, tlsConfig)
+		dial, hop := newConn()
+		conn, err := dialVIP(ctx, dial, tlsConfig)
 		if err != nil {
 			return r, fmt.Errorf("opening a connection through the VIP: %w", err)
 		}
-		conns = append(conns, conn)
+		conns, via = append(conns, conn), append(via, hop(ctx))
 	}
 	r.Established = len(conns)
 
@@ -133,25 +180,29 @@ func (c *Cluster) RollOut(ctx context.Context, exp *extensionsv1alpha1.SelfHoste
 	for i, conn := range conns {
 		observers.Go(func() {
 			if err := keepRequesting(observe, conn); err != nil && observe.Err() == nil {
-				record(func() { r.Broken = append(r.Broken, fmt.Sprintf("connection %d after %s: %v", i, since(), err)) })
+				record(func() {
+					r.Broken = append(r.Broken, fmt.Sprintf("connection %d%s after %s: %v", i, viaNode(via[i]), since(), err))
+				})
 			}
 		})
 	}
-	observers.Go(func() {
-		last := time.Now()
-		_ = arpAnswers(observe, c.Client, fixtures.ExposureVIP, func(mac string, at time.Time) bool {
-			record(func() {
-				if silence := at.Sub(last); silence > r.ARPSilence {
-					r.ARPSilence, r.ARPSilenceFrom = silence, last.Sub(start).Round(50*time.Millisecond)
+	if router == nil {
+		c.observeL2(observe, &observers, exp, start, record, &r)
+	} else {
+		observers.Go(func() {
+			var last []string
+			for observe.Err() == nil {
+				if hops, err := router.NextHops(fixtures.ExposureVIP); err == nil && (r.Routes == nil || !slices.Equal(hops, last)) {
+					last = hops
+					record(func() { r.Routes = append(r.Routes, Route{hops, since()}) })
 				}
-				if !slices.Contains(r.Answerers, mac) {
-					r.Answerers = append(r.Answerers, mac)
+				select {
+				case <-observe.Done():
+				case <-time.After(20 * time.Millisecond):
 				}
-			})
-			last = at
-			return false
+			}
 		})
-	})
+	}
 	observers.Go(func() {
 		ticker := time.NewTicker(httpsInterval)
 		defer ticker.Stop()
@@ -161,7 +212,9 @@ func (c *Cluster) RollOut(ctx context.Context, exp *extensionsv1alpha1.SelfHoste
 			attempts.Go(func() {
 				attempt, cancel := context.WithTimeout(observe, time.Second)
 				defer cancel()
-				_, err := c.ReadyzThroughVIP(attempt)
+				dial, hop := newConn()
+				_, err := c.readyzThroughVIP(attempt, dial)
+				via := hop(observe)
 				if observe.Err() != nil {
 					return
 				}
@@ -169,26 +222,13 @@ func (c *Cluster) RollOut(ctx context.Context, exp *extensionsv1alpha1.SelfHoste
 					r.Attempts++
 					if err != nil {
 						r.Failed++
-						r.Failures = append(r.Failures, fmt.Sprintf("%s: %v", since(), err))
+						r.Failures = append(r.Failures, fmt.Sprintf("%s%s: %v", since(), viaNode(via), err))
 					}
 				})
 			})
 			select {
 			case <-observe.Done():
 			case <-ticker.C:
-			}
-		}
-	})
-	observers.Go(func() {
-		holder := "-"
-		for observe.Err() == nil {
-			if now, err := c.LeaseHolder(observe, exp); err == nil && now != holder {
-				holder = now
-				record(func() { r.Holders = append(r.Holders, Held{now, since()}) })
-			}
-			select {
-			case <-observe.Done():
-			case <-time.After(100 * time.Millisecond):
 			}
 		}
 	})
@@ -213,7 +253,7 @@ func (c *Cluster) RollOut(ctx context.Context, exp *extensionsv1alpha1.SelfHoste
 	})
 	r.Took = time.Since(start)
 	if waitErr == nil {
-		_, waitErr = c.WaitUntilServing(ctx, exp)
+		waitErr = serving()
 	}
 	stop()
 	observers.Wait()
@@ -230,6 +270,47 @@ func (c *Cluster) RollOut(ctx context.Context, exp *extensionsv1alpha1.SelfHoste
 	return r, err
 }
 
+// viaNode is " via <hop>" for a connection the router sent to hop, "" for one that went no router's way.
+func viaNode(hop string) string {
+	if hop == "" {
+		return ""
+	}
+	return " via " + hop
+}
+
+// observeL2 records, until ctx ends, who holds the exposure's L2 lease and who answers ARP for the VIP into r.
+func (c *Cluster) observeL2(ctx context.Context, observers *sync.WaitGroup, exp *extensionsv1alpha1.SelfHostedShootExposure, start time.Time, record func(func()), r *Rollout) {
+	since := func() time.Duration { return time.Since(start).Round(50 * time.Millisecond) }
+	observers.Go(func() {
+		last := time.Now()
+		_ = arpAnswers(ctx, c.Client, fixtures.ExposureVIP, func(mac string, at time.Time) bool {
+			record(func() {
+				if silence := at.Sub(last); silence > r.ARPSilence {
+					r.ARPSilence, r.ARPSilenceFrom = silence, last.Sub(start).Round(50*time.Millisecond)
+				}
+				if !slices.Contains(r.Answerers, mac) {
+					r.Answerers = append(r.Answerers, mac)
+				}
+			})
+			last = at
+			return false
+		})
+	})
+	observers.Go(func() {
+		holder := "-"
+		for ctx.Err() == nil {
+			if now, err := c.LeaseHolder(ctx, exp); err == nil && now != holder {
+				holder = now
+				record(func() { r.Holders = append(r.Holders, Held{now, since()}) })
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	})
+}
+
 // vipTLSConfig is how the client verifies kube-apiserver through the VIP: under the shoot's external API name, with
 // the test's admin credentials.
 func (c *Cluster) vipTLSConfig() (*tls.Config, error) {
@@ -242,11 +323,11 @@ func (c *Cluster) vipTLSConfig() (*tls.Config, error) {
 	return tlsConfig, nil
 }
 
-// dialVIP opens a TLS connection from the client to the VIP.
-func (c *Cluster) dialVIP(ctx context.Context, tlsConfig *tls.Config) (*tls.Conn, error) {
+// dialVIP opens a TLS connection to the VIP over dial.
+func dialVIP(ctx context.Context, dial func(context.Context, string, string) (net.Conn, error), tlsConfig *tls.Config) (*tls.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	raw, err := c.Client.DialContext(ctx, "tcp", fixtures.ExposureVIP+":443")
+	raw, err := dial(ctx, "tcp", fixtures.ExposureVIP+":443")
 	if err != nil {
 		return nil, err
 	}

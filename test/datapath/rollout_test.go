@@ -30,7 +30,7 @@ func TestVIPThroughRollingUpdate(t *testing.T) {
 	if err := cluster.ExtensionArgs(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r, err := cluster.RollOut(ctx, exp, establishedThroughRollout)
+	r, err := cluster.RollOut(ctx, exp, establishedThroughRollout, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -167,6 +167,27 @@ func TestVIPWithOneAPIServerDown(t *testing.T) {
 	}
 }
 
+// checkOutage asserts what holds for every outage of one kube-apiserver: some requests succeeded, the endpoint was
+// taken out, the last outageSettledInARow requests of those counted (which) succeeded, and none failed once it was
+// back.
+func checkOutage(t *testing.T, o ciliumnodes.APIServerOutage, which string) {
+	t.Helper()
+	if o.Failed == o.Attempts {
+		t.Fatalf("no request through the VIP succeeded with %s's kube-apiserver down", o.Node)
+	}
+	if o.TakenOut == 0 {
+		t.Errorf("the exposure never published %s's endpoint as not ready within %s", o.Node, o.Window.Round(100*time.Millisecond))
+	}
+	if o.SucceededAtEnd < outageSettledInARow {
+		t.Errorf("after %s's endpoint was published as not ready %s still failed: %v", o.Node, which, o.Failures)
+	} else if o.FailedAfterSettled > 0 {
+		t.Logf("%d of %s failed after %s's endpoint was published as not ready: %v", o.FailedAfterSettled, which, o.Node, o.Failures)
+	}
+	if o.Back == 0 || o.BackFailed > 0 {
+		t.Errorf("after %s's kube-apiserver came back: published ready after %s, %d of %d requests failed: %v", o.Node, o.Back, o.BackFailed, o.BackAttempts, o.BackFailures)
+	}
+}
+
 func vipWithOneAPIServerDown(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure, line ciliumnodes.Chart) {
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -184,26 +205,13 @@ func vipWithOneAPIServerDown(t *testing.T, exp *extensionsv1alpha1.SelfHostedSho
 			if err != nil {
 				t.Fatal(err)
 			}
-			if o.Failed == o.Attempts {
-				t.Fatalf("no request through the VIP succeeded with %s's kube-apiserver down", o.Node)
-			}
-			if o.TakenOut == 0 {
-				t.Errorf("the exposure never published %s's endpoint as not ready within %s", o.Node, o.Window.Round(100*time.Millisecond))
-			}
 			if tc.announcer && o.Moved == 0 {
 				t.Errorf("%s, whose agent is blind, kept the lease for %s", o.Node, o.Window.Round(100*time.Millisecond))
 			}
 			// The announcer's agent learns of the published endpoint a moment after the slice is written: 1.20.2's
 			// agents took up to 4.6 s now and then, their own API listing the backend as active meanwhile
 			// (docs/operations.md, "A kube-apiserver behind the VIP is not ready"). The requests go on until the VIP serves again.
-			if o.SucceededAtEnd < outageSettledInARow {
-				t.Errorf("after %s's endpoint was published as not ready (and the lease left it), new connections through the VIP still failed: %v", o.Node, o.Failures)
-			} else if o.FailedAfterSettled > 0 {
-				t.Logf("%d new connections through the VIP failed after %s's endpoint was published as not ready: %v", o.FailedAfterSettled, o.Node, o.Failures)
-			}
-			if o.Back == 0 || o.BackFailed > 0 {
-				t.Errorf("after %s's kube-apiserver came back: published ready after %s, %d of %d requests failed: %v", o.Node, o.Back, o.BackFailed, o.BackAttempts, o.BackFailures)
-			}
+			checkOutage(t, o, "new connections through the VIP")
 			t.Logf("%s's kube-apiserver down, its node up: %d of %d new connections through the VIP failed, the last %s after the stop; "+
 				"published not ready after %s; lease held by %s, then %s (moved after %s); back: published ready after %s, %d of %d failed",
 				o.Node, o.Failed, o.Attempts, o.LastFailure.Round(100*time.Millisecond), o.TakenOut.Round(100*time.Millisecond), o.Holder, o.NewHolder,
