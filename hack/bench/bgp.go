@@ -172,6 +172,8 @@ func (b *bgpBench) gracefulRestart(ctx context.Context, exp *extensionsv1alpha1.
 		}
 		attempts, failed, broken, withdrawn := 0, 0, 0, 0
 		for i := range bgpRollouts {
+			// The rollout restarts every agent: its sessions end on purpose, and those it renewed count for settle.
+			b.changed = time.Now()
 			o, err := b.cluster.RollOut(ctx, exp, establishedThroughRollout, b.router)
 			if err != nil {
 				return err
@@ -179,8 +181,6 @@ func (b *bgpBench) gracefulRestart(ctx context.Context, exp *extensionsv1alpha1.
 			fmt.Printf("   %s, run %d: took %s; route %v; %d of %d new connections failed; %d of %d established connections broke %v\n",
 				name, i+1, o.Took.Round(100*time.Millisecond), o.Routes, o.Failed, o.Attempts, len(o.Broken), o.Established, o.Broken)
 			attempts, failed, broken, withdrawn = attempts+o.Attempts, failed+o.Failed, broken+len(o.Broken), withdrawn+o.Withdrawals()
-			// The rollout restarts every agent: its sessions end on purpose.
-			b.changed = time.Now()
 			if err := b.settle(ctx); err != nil {
 				return err
 			}
@@ -301,6 +301,10 @@ func (b *bgpBench) settle(ctx context.Context) error {
 	since := b.changed.Truncate(time.Second)
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		neighbors, err := b.router.Neighbors(ctx)
+		if ctx.Err() != nil {
+			// The minute ran out while vtysh ran, which the context's end killed: a timeout, not an error.
+			return false, nil
+		}
 		if err != nil {
 			return false, err
 		}

@@ -283,13 +283,28 @@ func (c *Cluster) BGPNodeConfigs(ctx context.Context) string {
 		}
 		configs = append(configs, fmt.Sprintf("%s (created %s): %v", nc.Name, nc.CreationTimestamp.Format("15:04:05"), peers))
 	}
-	var logs []string
+	// Cilium's operator selects the nodes of a CiliumBGPClusterConfig by the labels of their CiliumNodes
+	// (operator/pkg/bgp/cluster.go upsertNodeConfigs), which each node's own agent copies from its Node
+	// (pkg/nodediscovery/nodediscovery.go mutateNodeResource): a label that an agent has not copied yet shows here.
+	var labels, logs []string
 	for _, n := range c.Nodes() {
-		if n.ControlPlane {
-			logs = append(logs, "--- agent of "+n.Name+" ---\n"+n.LogTail())
+		if !n.ControlPlane {
+			continue
 		}
+		cn := &ciliumv2.CiliumNode{}
+		if err := c.env.Client.Get(ctx, client.ObjectKey{Name: n.Name}, cn); err != nil {
+			labels = append(labels, fmt.Sprintf("%s: %v", n.Name, err))
+		} else {
+			_, drained := cn.Labels[DrainLabel]
+			labels = append(labels, fmt.Sprintf("%s: %s %t", n.Name, DrainLabel, drained))
+		}
+		state := "running"
+		if !n.AgentRunning() {
+			state = "not running"
+		}
+		logs = append(logs, "--- agent of "+n.Name+" ("+state+") ---\n"+n.LogTail())
 	}
-	return fmt.Sprintf("CiliumBGPNodeConfigs %v\n%s", configs, strings.Join(logs, "\n"))
+	return fmt.Sprintf("CiliumBGPNodeConfigs %v\nCiliumNode labels %v\n%s", configs, labels, strings.Join(logs, "\n"))
 }
 
 // Drain labels the node with DrainLabel (drain) or removes the label, as an operator does with docs/bgp.md's drain.
@@ -305,6 +320,23 @@ func (c *Cluster) Drain(ctx context.Context, node string, drain bool) error {
 		delete(n.Labels, DrainLabel)
 	}
 	return c.env.Client.Patch(ctx, n, patch)
+}
+
+// WaitForDrainCopied waits until node's own agent has copied the state of DrainLabel on its Node (drained: present)
+// onto its CiliumNode, by whose labels Cilium's operator selects the nodes of a CiliumBGPClusterConfig
+// (operator/pkg/bgp/cluster.go upsertNodeConfigs; the agent writes them in pkg/nodediscovery/nodediscovery.go
+// mutateNodeResource). After an outage of its kube-apiserver the agent sees the Node's change only once its watch
+// is back: client-go's reflector retries a failed watch after 0.8 s doubling to 30 s, with jitter up to twice that,
+// and forgets that back-off only after 2 min without a failure (tools/cache/reflector.go defaultBackoff*).
+func (c *Cluster) WaitForDrainCopied(ctx context.Context, node string, drained bool, within time.Duration) error {
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, within, true, func(ctx context.Context) (bool, error) {
+		cn := &ciliumv2.CiliumNode{}
+		if err := c.env.Client.Get(ctx, client.ObjectKey{Name: node}, cn); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		_, has := cn.Labels[DrainLabel]
+		return has == drained, nil
+	})
 }
 
 // UnreachablesSent counts, per host (the router and each node), the ICMP destination-unreachable messages its kernel

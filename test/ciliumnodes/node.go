@@ -526,6 +526,21 @@ func (n *Node) take() []*podrun.Started {
 	return processes
 }
 
+// AgentRunning says whether the node's agent process runs.
+func (n *Node) AgentRunning() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.agent == nil {
+		return false
+	}
+	select {
+	case <-n.agent.Stopped():
+		return false
+	default:
+		return true
+	}
+}
+
 // LogTail is the end of the agent's log.
 func (n *Node) LogTail() string {
 	n.mu.Lock()
@@ -651,7 +666,7 @@ func (n *Node) SetLink(up bool) error {
 	if up {
 		state = "up"
 	}
-	if err := n.sandbox.IP("link", "set", "eth0", state); err != nil || !up {
+	if err := n.netns.IP("link", "set", "eth0", state); err != nil || !up {
 		return err
 	}
 	n.mu.Lock()

@@ -154,16 +154,24 @@ func bgpDrainedAPIServerRestart(t *testing.T, exp *extensionsv1alpha1.SelfHosted
 		t.Errorf("the router sent %d connections to the drained %s", o.ViaDown, drained)
 	}
 	undrained = true
+	start = time.Now()
 	if err := cluster.Drain(ctx, drained, false); err != nil {
 		t.Fatal(err)
 	}
+	// Two watches of a node's agent that just went through its kube-apiserver's outage may each wait up to a minute
+	// before they retry (WaitForDrainCopied): the Node's, before the agent copies the label's removal for the
+	// operator, and the CiliumBGPNodeConfigs', before it sees the operator's new one.
+	if err := cluster.WaitForDrainCopied(ctx, drained, false, 3*time.Minute); err != nil {
+		t.Fatalf("%s's agent did not copy the removal of %s onto its CiliumNode: %v\n%s", drained, ciliumnodes.DrainLabel, err, cluster.BGPNodeConfigs(ctx))
+	}
+	copied := time.Since(start)
 	if err := router.WaitForEveryNextHop(ctx); err != nil {
 		t.Fatalf("after removing %s from %s: %v\n%s", ciliumnodes.DrainLabel, drained, err, cluster.BGPNodeConfigs(ctx))
 	}
 	t.Logf("%s drained: its route withdrawn %s after the label; its kube-apiserver down: %d of %d new connections from behind the router failed, the last %s after the stop, "+
-		"published not ready after %s, %d failed after that; back: published ready after %s, %d of %d failed; undrained: its route back",
+		"published not ready after %s, %d failed after that; back: published ready after %s, %d of %d failed; undrained: the label's removal on its CiliumNode after %s, its route back after %s",
 		drained, withdrawn.Round(100*time.Millisecond), o.Failed, o.Attempts, o.LastFailure.Round(100*time.Millisecond), o.TakenOut.Round(100*time.Millisecond),
-		o.FailedAfterSettled, o.Back.Round(100*time.Millisecond), o.BackFailed, o.BackAttempts)
+		o.FailedAfterSettled, o.Back.Round(100*time.Millisecond), o.BackFailed, o.BackAttempts, copied.Round(100*time.Millisecond), time.Since(start).Round(100*time.Millisecond))
 }
 
 func bgpAdvertised(t *testing.T, router *ciliumnodes.Router, line ciliumnodes.Chart) {
