@@ -299,7 +299,7 @@ func (c *Cluster) BGPNodeConfigs(ctx context.Context) string {
 			labels = append(labels, fmt.Sprintf("%s: %s %t", n.Name, DrainLabel, drained))
 		}
 		state := "running"
-		if !n.AgentRunning() {
+		if !n.running() {
 			state = "not running"
 		}
 		logs = append(logs, "--- agent of "+n.Name+" ("+state+") ---\n"+n.LogTail())

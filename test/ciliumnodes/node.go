@@ -526,21 +526,6 @@ func (n *Node) take() []*podrun.Started {
 	return processes
 }
 
-// AgentRunning says whether the node's agent process runs.
-func (n *Node) AgentRunning() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.agent == nil {
-		return false
-	}
-	select {
-	case <-n.agent.Stopped():
-		return false
-	default:
-		return true
-	}
-}
-
 // LogTail is the end of the agent's log.
 func (n *Node) LogTail() string {
 	n.mu.Lock()
