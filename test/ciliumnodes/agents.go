@@ -234,7 +234,7 @@ func (c *Cluster) configure(ctx context.Context, chart Chart, lease *LeaseTiming
 	}); err != nil {
 		return fmt.Errorf("cilium-config with lease timings %s: its lease duration is %q: %w", lease, stored, err)
 	}
-	c.configuredLease, c.configuredAt = lease, time.Now()
+	c.configuredLease, c.configuredAt, c.configuredFor = lease, time.Now(), c.announced
 	return nil
 }
 
@@ -299,7 +299,7 @@ func (c *Cluster) kubeSystemConfigMaps(ctx context.Context) (map[string]map[stri
 }
 
 // Run makes the agents run as want says, restarting those that do not (all of them when the chart changes, the
-// control-plane nodes' when the lease timings do, and every node that died), and waits until every agent is ready.
+// control-plane nodes' when the lease timings or the exposure's announcement do, and every node that died), and waits until every agent is ready.
 // It returns the agent pods by node.
 func (c *Cluster) Run(ctx context.Context, want Agents) (map[string]*corev1.Pod, error) {
 	c.mu.Lock()
@@ -321,7 +321,10 @@ func (c *Cluster) Run(ctx context.Context, want Agents) (map[string]*corev1.Pod,
 		}
 	}
 	inst := c.installed[want.Chart]
-	if c.running == nil || c.running.Chart != want.Chart || !sameLease(c.running.Lease, want.Lease) {
+	// After the exposure's announcement changed, cilium-config is stored again as Gardener's resource manager applies
+	// it, and the control-plane agents restart to read it: the agents read cilium-config only when they start.
+	reconfigure := c.running == nil || c.running.Chart != want.Chart || !sameLease(c.running.Lease, want.Lease) || c.configuredFor != c.announced
+	if reconfigure {
 		if err := c.configure(ctx, want.Chart, want.Lease); err != nil {
 			return nil, err
 		}
@@ -334,7 +337,7 @@ func (c *Cluster) Run(ctx context.Context, want Agents) (map[string]*corev1.Pod,
 	errs := make(chan error, len(c.nodes))
 	for _, n := range c.Nodes() {
 		if c.running != nil && c.running.Chart == want.Chart && c.running.ClientDefaults == want.ClientDefaults &&
-			(!n.ControlPlane || sameLease(c.running.Lease, want.Lease)) && n.running() && !n.stale() {
+			(!n.ControlPlane || !reconfigure) && n.running() && !n.stale() {
 			continue
 		}
 		pod := inst.pods[n.Name]

@@ -322,6 +322,38 @@ func (c *Cluster) Drain(ctx context.Context, node string, drain bool) error {
 	return c.env.Client.Patch(ctx, n, patch)
 }
 
+// FrontendViews is what each control-plane node's agent holds for the frontends at ip: the entries of its BPF
+// service map (`cilium-dbg bpf lb list`, what its datapath looks the packets up in) and their reconciliation status
+// in its load balancer's table (`cilium-dbg statedb frontends`), for telling a frontend never written to the map from
+// one written and then lost.
+func (c *Cluster) FrontendViews(ctx context.Context, ip string) string {
+	var views []string
+	for _, n := range c.Nodes() {
+		if !n.ControlPlane {
+			continue
+		}
+		view := []string{"--- " + n.Name + " ---"}
+		for _, args := range [][]string{{"bpf", "lb", "list"}, {"statedb", "frontends"}} {
+			out, err := n.Dbg(ctx, args...)
+			if err != nil {
+				view = append(view, err.Error())
+				continue
+			}
+			lines := 0
+			for line := range strings.Lines(out) {
+				if strings.Contains(line, ip) {
+					view, lines = append(view, strings.TrimSpace(line)), lines+1
+				}
+			}
+			if lines == 0 {
+				view = append(view, fmt.Sprintf("cilium-dbg %s: nothing for %s", strings.Join(args, " "), ip))
+			}
+		}
+		views = append(views, strings.Join(view, "\n"))
+	}
+	return strings.Join(views, "\n")
+}
+
 // WaitForDrainCopied waits until node's own agent has copied the state of DrainLabel on its Node (drained: present)
 // onto its CiliumNode, by whose labels Cilium's operator selects the nodes of a CiliumBGPClusterConfig
 // (operator/pkg/bgp/cluster.go upsertNodeConfigs; the agent writes them in pkg/nodediscovery/nodediscovery.go
@@ -390,6 +422,9 @@ func (c *Cluster) Announce(ctx context.Context, exp *extensionsv1alpha1.SelfHost
 	if err := c.env.UpdateShoot(ctx, func(shoot *gardencorev1beta1.Shoot) { fixtures.WithExposureConfig(shoot, providerConfig) }); err != nil {
 		return err
 	}
+	c.mu.Lock()
+	c.announced = providerConfig
+	c.mu.Unlock()
 	return c.env.ReconcileAndWait(ctx, exp, 3*time.Minute)
 }
 

@@ -90,7 +90,11 @@ type Cluster struct {
 	// configuredLease are the lease timings of the Shoot's NetworkConfig as last stored, at configuredAt.
 	configuredLease *LeaseTimings
 	configuredAt    time.Time
-	exposed         *extensionsv1alpha1.SelfHostedShootExposure
+	// announced is the exposure providerConfig the Shoot holds since the last Announce ("": the fixtures' own), and
+	// configuredFor the one it held when cilium-config was last stored: the webhook completes cilium-config with the
+	// lease timings of an L2 exposure only, and only when it admits it.
+	announced, configuredFor string
+	exposed                  *extensionsv1alpha1.SelfHostedShootExposure
 	// operatorPod is the admitted operator pod, whose container runs on OperatorNode; operatorExited is when the
 	// nodes' kubelet saw it exit by itself, operatorCrashLoop the back-off of its restarts.
 	operatorPod       *corev1.Pod

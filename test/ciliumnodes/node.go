@@ -66,8 +66,9 @@ type Node struct {
 	extensionReady *podrun.Started
 	// apiServerDown: the node's kube-apiserver was switched off with its link (LinkDown).
 	apiServerDown bool
-	// agentPod is the UID of the pod the agent runs.
-	agentPod types.UID
+	// agentPod is the UID of the pod the agent runs, agentImage the image of its agent container.
+	agentPod   types.UID
+	agentImage string
 	// silenced: the node's switch port forwards nothing (Hung).
 	silenced bool
 	// moved: the node's address changed under its running agent, which the next Run starts afresh.
@@ -366,9 +367,31 @@ func (n *Node) startAgent(ctx context.Context, env *testenv.Env, pod *corev1.Pod
 		return err
 	}
 	n.mu.Lock()
-	n.agent, n.agentPod = started, pod.UID
+	n.agent, n.agentPod, n.agentImage = started, pod.UID, pod.Spec.Containers[i].Image
 	n.mu.Unlock()
 	return nil
+}
+
+// Dbg runs the cilium-dbg of the agent's release with args in the agent's mount and network namespaces, as `kubectl
+// exec` into its container does, and returns what it wrote.
+func (n *Node) Dbg(ctx context.Context, args ...string) (string, error) {
+	n.mu.Lock()
+	agent, image := n.agent, n.agentImage
+	n.mu.Unlock()
+	if agent == nil {
+		return "", fmt.Errorf("no agent runs on %s", n.Name)
+	}
+	dbg, err := ciliumbin.PathFor(ciliumbin.Dbg, image)
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "nsenter", append([]string{"-t", strconv.Itoa(agent.Pid()), "-m", "-n", dbg}, args...)...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("cilium-dbg %s on %s: %w: %s", strings.Join(args, " "), n.Name, err, out)
+	}
+	return string(out), nil
 }
 
 // runInitContainers runs the pod's init containers that run a Cilium binary, in order and each to its end, as

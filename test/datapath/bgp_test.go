@@ -58,7 +58,14 @@ func TestBGP(t *testing.T) {
 	if len(exp.Status.Ingress) != 1 || exp.Status.Ingress[0].IP != fixtures.ExposureVIP {
 		t.Errorf("status.ingress %+v, want %s", exp.Status.Ingress, fixtures.ExposureVIP)
 	}
+	// Cilium 1.19.7's agents that ran through the switch leave some new connections unserved for a while
+	// (docs/bgp.md): what they hold for the VIP right now says whether the frontend is missing from their datapath's
+	// map, and in what state their load balancer has it.
+	views := cluster.FrontendViews(ctx, fixtures.ExposureVIP)
 	took, early, err := cluster.ServedVia(ctx, router, fixtures.ControlPlaneIPs, ciliumnodes.AfterSwitch)
+	if len(early) > 0 || err != nil {
+		t.Logf("the agents' frontends for the VIP when the exposure turned Succeeded:\n%s", views)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
