@@ -323,9 +323,10 @@ func (c *Cluster) Drain(ctx context.Context, node string, drain bool) error {
 }
 
 // FrontendViews is what each control-plane node's agent holds for the frontends at ip: the entries of its BPF
-// service map (`cilium-dbg bpf lb list`, what its datapath looks the packets up in) and their reconciliation status
-// in its load balancer's table (`cilium-dbg statedb frontends`), for telling a frontend never written to the map from
-// one written and then lost.
+// service map (`cilium-dbg bpf lb list`, what its datapath looks the packets up in), its reverse-NAT entries (`--revnat`,
+// whose service ID a deletion of the frontend would have released) and their reconciliation status in its load
+// balancer's table (`cilium-dbg statedb frontends`), for telling a frontend never written to the map from one written
+// and then lost.
 func (c *Cluster) FrontendViews(ctx context.Context, ip string) string {
 	var views []string
 	for _, n := range c.Nodes() {
@@ -333,7 +334,7 @@ func (c *Cluster) FrontendViews(ctx context.Context, ip string) string {
 			continue
 		}
 		view := []string{"--- " + n.Name + " ---"}
-		for _, args := range [][]string{{"bpf", "lb", "list"}, {"statedb", "frontends"}} {
+		for _, args := range [][]string{{"bpf", "lb", "list"}, {"bpf", "lb", "list", "--revnat"}, {"statedb", "frontends"}} {
 			out, err := n.Dbg(ctx, args...)
 			if err != nil {
 				view = append(view, err.Error())
