@@ -326,7 +326,8 @@ func (c *Cluster) Drain(ctx context.Context, node string, drain bool) error {
 // service map (`cilium-dbg bpf lb list`, what its datapath looks the packets up in), its reverse-NAT entries (`--revnat`,
 // whose service ID a deletion of the frontend would have released) and their reconciliation status in its load
 // balancer's table (`cilium-dbg statedb frontends`), for telling a frontend never written to the map from one written
-// and then lost.
+// and then lost. cilium-dbg's map listing is not the last word: on two of three nodes it listed nothing while bpftool
+// dumped the same pinned map with every entry (2026-12-04).
 func (c *Cluster) FrontendViews(ctx context.Context, ip string) string {
 	var views []string
 	for _, n := range c.Nodes() {
