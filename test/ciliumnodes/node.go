@@ -372,6 +372,43 @@ func (n *Node) startAgent(ctx context.Context, env *testenv.Env, pod *corev1.Pod
 	return nil
 }
 
+// PinnedMapKeys are the keys of the BPF map pinned at path in the agent's mount namespace, read with bpftool: the map
+// as the datapath sees it, where cilium-dbg's listing of the service map was once seen empty while bpftool found it
+// filled.
+func (n *Node) PinnedMapKeys(ctx context.Context, path string) ([][]byte, error) {
+	n.mu.Lock()
+	agent := n.agent
+	n.mu.Unlock()
+	if agent == nil {
+		return nil, fmt.Errorf("no agent runs on %s", n.Name)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "nsenter", "-t", strconv.Itoa(agent.Pid()), "-m", "bpftool", "--json", "map", "dump", "pinned", path).Output()
+	if err != nil {
+		return nil, fmt.Errorf("bpftool map dump pinned %s on %s: %w", path, n.Name, err)
+	}
+	var entries []struct {
+		Key []string `json:"key"`
+	}
+	if err := json.Unmarshal(out, &entries); err != nil {
+		return nil, fmt.Errorf("bpftool's dump of %s on %s: %w", path, n.Name, err)
+	}
+	keys := make([][]byte, 0, len(entries))
+	for _, e := range entries {
+		key := make([]byte, 0, len(e.Key))
+		for _, b := range e.Key {
+			v, err := strconv.ParseUint(strings.TrimPrefix(b, "0x"), 16, 8)
+			if err != nil {
+				return nil, fmt.Errorf("bpftool's dump of %s on %s: key byte %q: %w", path, n.Name, b, err)
+			}
+			key = append(key, byte(v))
+		}
+		keys = append(keys, key)
+	}
+	return keys, nil
+}
+
 // Dbg runs the cilium-dbg of the agent's release with args in the agent's mount and network namespaces, as `kubectl
 // exec` into its container does, and returns what it wrote.
 func (n *Node) Dbg(ctx context.Context, args ...string) (string, error) {
