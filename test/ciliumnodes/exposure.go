@@ -473,10 +473,11 @@ type APIServerOutage struct {
 	LastFailureElsewhere time.Duration
 	// Back is when, after the start, the endpoint was published as ready again (0: not within the window);
 	// BackAttempts and BackFailed count the requests from the start until outageTail after that; BackFailures say
-	// when (after the start) and how they failed.
-	Back                     time.Duration
-	BackAttempts, BackFailed int
-	BackFailures             []string
+	// when (after the start) and how they failed. Under BGP, BackFailedViaDown counts apart those the router sent to
+	// the blind node before the endpoint was published ready, which failed for the same reason as ViaDown's.
+	Back                                        time.Duration
+	BackAttempts, BackFailed, BackFailedViaDown int
+	BackFailures                                []string
 }
 
 // failure describes a request through the VIP that failed at after: where its packets went (the client's neighbour
@@ -648,7 +649,13 @@ func (c *Cluster) StopOneAPIServer(ctx context.Context, exp *extensionsv1alpha1.
 			out.Back = time.Since(start)
 		}
 		out.BackAttempts++
-		if a := c.outageAttempt(ctx, r); a.err != nil {
+		a := c.outageAttempt(ctx, r)
+		switch {
+		case a.err == nil:
+		case out.Back == 0 && a.bgp && a.hop == down.Address():
+			// The blind agent still sends its share to its own kube-apiserver, which fails until that serves again.
+			out.BackFailedViaDown++
+		default:
 			out.BackFailed++
 			out.BackFailures = append(out.BackFailures, c.failure(ctx, exp, time.Since(start), a))
 		}

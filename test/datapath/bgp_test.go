@@ -92,8 +92,9 @@ func TestBGP(t *testing.T) {
 // TestVIPWithOneAPIServerDown does under L2. The extension publishes that endpoint as not ready; once the agents have
 // applied that, no new connection fails that the router sends to another node, and none fails when the kube-apiserver
 // is back. The node whose kube-apiserver stopped goes on announcing the VIP with a blind agent (it reaches
-// kube-apiserver only at localhost), which still load-balances to its own stopped kube-apiserver: the share of the
-// connections the router sends there that fail is logged (docs/bgp.md, "One kube-apiserver down").
+// kube-apiserver only at localhost), which still load-balances to its own stopped kube-apiserver until that serves
+// again: the share of the connections the router sends there that fail is logged (docs/bgp.md, "One kube-apiserver
+// down").
 func bgpWithOneAPIServerDown(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure, router *ciliumnodes.Router) {
 	ctx := context.Background()
 	if _, err := cluster.Run(ctx, ciliumnodes.Agents{}); err != nil {
@@ -109,9 +110,10 @@ func bgpWithOneAPIServerDown(t *testing.T, exp *extensionsv1alpha1.SelfHostedSho
 	checkOutage(t, o, "new connections through the VIP that the router sent to other nodes")
 	t.Logf("%s's kube-apiserver down, its node and BGP session up: %d of %d new connections from behind the router failed, the last sent to another node %s after the stop; "+
 		"published not ready after %s; after that, %d of %d connections sent to %s itself failed (its blind agent), %d of those sent elsewhere; "+
-		"back: published ready after %s, %d of %d failed",
+		"back: published ready after %s, %d of %d failed (and %d sent to %s itself before that)",
 		o.Node, o.Failed, o.Attempts, o.LastFailureElsewhere.Round(100*time.Millisecond), o.TakenOut.Round(100*time.Millisecond),
-		o.FailedViaDown, o.ViaDown, o.Node, o.FailedAfterSettled, o.Back.Round(100*time.Millisecond), o.BackFailed, o.BackAttempts)
+		o.FailedViaDown, o.ViaDown, o.Node, o.FailedAfterSettled, o.Back.Round(100*time.Millisecond), o.BackFailed, o.BackAttempts,
+		o.BackFailedViaDown, o.Node)
 }
 
 // bgpDrainedAPIServerRestart: docs/bgp.md's drain for a planned kube-apiserver restart under BGP. The exposure
