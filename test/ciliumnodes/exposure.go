@@ -269,18 +269,11 @@ const (
 // until the next Run.
 func (c *Cluster) FailOver(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, death Death) (Failover, error) {
 	var f Failover
-	var err error
-	if f.From, err = c.WaitForLeaseHolder(ctx, exp, ""); err != nil {
-		return f, err
-	}
-	dead := c.nodes[f.From]
-	deadMAC, err := dead.MAC()
+	dead, deadMAC, err := c.settledHolder(ctx, exp)
 	if err != nil {
-		return f, err
+		return f, fmt.Errorf("before the failover: %w", err)
 	}
-	if macs, err := c.WaitForARP(ctx, func(macs []string) bool { return slices.Equal(macs, []string{deadMAC}) }); err != nil {
-		return f, fmt.Errorf("before the failover, ARP for the VIP is answered by %v, want only the holder %s's %s: %w", macs, f.From, deadMAC, err)
-	}
+	f.From = dead.Name
 	// The client talks to the VIP through the holder, as a client that has been using it does: its neighbour entry
 	// resolved afresh while only the holder answers. An entry left from an earlier holder would send the client's
 	// packets to a node that is still alive, whose Cilium load-balances the VIP as well.
@@ -365,6 +358,46 @@ func (c *Cluster) FailOver(ctx context.Context, exp *extensionsv1alpha1.SelfHost
 	stopTimeline = nil
 	f.LeaseMove = moveOf(versions, f.From, f.To, start, f.HandedOver != "")
 	return f, nil
+}
+
+// settledHolder waits until ARP for the VIP is answered by the lease holder alone, and returns it with its MAC. The
+// holder is read afresh each time: right after agents restart, the lease may still move legitimately (the extension
+// hands it away from a holder whose kube-apiserver it has not yet seen ready again), and the node that answers ARP
+// follows it.
+func (c *Cluster) settledHolder(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) (*Node, string, error) {
+	events, err := c.handoverEvents(ctx, exp)
+	if err != nil {
+		return nil, "", err
+	}
+	var holder, mac string
+	var macs, holders []string
+	err = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		h, err := c.LeaseHolder(ctx, exp)
+		if err != nil || c.nodes[h] == nil {
+			return false, err
+		}
+		if holder = h; !slices.Contains(holders, h) {
+			holders = append(holders, h)
+		}
+		if mac, err = c.nodes[h].MAC(); err != nil {
+			return false, err
+		}
+		macs, err = c.ARP(fixtures.ExposureVIP)
+		return slices.Equal(macs, []string{mac}), err
+	})
+	if err != nil {
+		var handovers []string
+		if now, herr := c.handoverEvents(ctx, exp); herr == nil {
+			for name, e := range now {
+				if b, ok := events[name]; !ok || b.Count != e.Count {
+					handovers = append(handovers, e.Message)
+				}
+			}
+		}
+		return nil, "", fmt.Errorf("ARP for the VIP is answered by %v (%v), want only the lease holder %q's %s "+
+			"(holders seen %v; handovers meanwhile %q): %w", macs, c.Answerers(macs), holder, mac, holders, handovers, err)
+	}
+	return c.nodes[holder], mac, nil
 }
 
 // httpsInterval is how often firstHTTPS starts a request: the resolution of the HTTPS times it measures.
@@ -721,16 +754,9 @@ const servingInARow = 5
 // attached to the node's device (they are compiled first, for seconds when agents start together): until then the
 // VIP goes unanswered.
 func (c *Cluster) WaitUntilServing(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) (string, error) {
-	holder, err := c.WaitForLeaseHolder(ctx, exp, "")
+	holder, _, err := c.settledHolder(ctx, exp)
 	if err != nil {
 		return "", err
-	}
-	mac, err := c.nodes[holder].MAC()
-	if err != nil {
-		return "", err
-	}
-	if macs, err := c.WaitForARP(ctx, func(macs []string) bool { return slices.Equal(macs, []string{mac}) }); err != nil {
-		return "", fmt.Errorf("ARP for the VIP is answered by %v, want only the holder %s's %s: %w", macs, holder, mac, err)
 	}
 	inARow := 0
 	var last error
@@ -744,7 +770,7 @@ func (c *Cluster) WaitUntilServing(ctx context.Context, exp *extensionsv1alpha1.
 	}); err != nil {
 		return "", fmt.Errorf("the VIP does not serve %d requests in a row: %v: %w", servingInARow, last, err)
 	}
-	return holder, nil
+	return holder.Name, nil
 }
 
 // attempt is one new request through the VIP.
