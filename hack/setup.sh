@@ -18,7 +18,6 @@ packages=(
   "clang-19        /usr/lib/llvm-19/bin/clang    the agents compile their BPF programs (Cilium needs LLVM >= 18.1; bookworm's default is 14)"
   "llvm-19         /usr/lib/llvm-19/bin/llc      ditto"
   "frr             /usr/lib/frr/bgpd             the BGP router of test/datapath (zebra and bgpd, each run in namespaces of its own; the package's service never runs)"
-  "bpftool         bpftool                       reading the agents' pinned BPF maps when test/datapath reports a failure"
 )
 
 [ "${SKIP_SETUP:-}" = 1 ] && exit 0

@@ -208,7 +208,7 @@ func bgp(ctx context.Context, cluster *ciliumnodes.Cluster, exp *extensionsv1alp
 		return nil, err
 	}
 	fmt.Printf("\nthe router's kernel routes %s via %s (one next hop per control-plane node, ECMP)\n", fixtures.ExposureVIP, strings.Join(hops, ", "))
-	took, _, err := cluster.ServedVia(ctx, router, fixtures.ControlPlaneIPs, ciliumnodes.AfterSwitch)
+	took, _, err := cluster.ServedViaEveryNode(ctx, router)
 	if err != nil {
 		problems = append(problems, err.Error())
 	} else {

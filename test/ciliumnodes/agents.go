@@ -299,8 +299,8 @@ func (c *Cluster) kubeSystemConfigMaps(ctx context.Context) (map[string]map[stri
 }
 
 // Run makes the agents run as want says, restarting those that do not (all of them when the chart changes, the
-// control-plane nodes' when the lease timings or the exposure's announcement do, and every node that died), and waits until every agent is ready.
-// It returns the agent pods by node.
+// control-plane nodes' when the lease timings or the exposure's announcement do, and every node that died), and waits
+// until every agent is ready. It returns the agent pods by node.
 func (c *Cluster) Run(ctx context.Context, want Agents) (map[string]*corev1.Pod, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -323,7 +323,8 @@ func (c *Cluster) Run(ctx context.Context, want Agents) (map[string]*corev1.Pod,
 	inst := c.installed[want.Chart]
 	// After the exposure's announcement changed, cilium-config is stored again as Gardener's resource manager applies
 	// it, and the control-plane agents restart to read it: the agents read cilium-config only when they start.
-	reconfigure := c.running == nil || c.running.Chart != want.Chart || !sameLease(c.running.Lease, want.Lease) || c.configuredFor != c.announced
+	reconfigure := c.running == nil || c.running.Chart != want.Chart || !sameLease(c.running.Lease, want.Lease) ||
+		c.configuredFor != c.announced
 	if reconfigure {
 		if err := c.configure(ctx, want.Chart, want.Lease); err != nil {
 			return nil, err
@@ -355,8 +356,13 @@ func (c *Cluster) Run(ctx context.Context, want Agents) (map[string]*corev1.Pod,
 		}
 	}
 	c.running = &want
+	// Tests start from agents that have been running a while, as on a cluster in use: ready, and their programs
+	// attached to their nodes' devices.
 	for _, n := range c.Nodes() {
 		if err := n.WaitUntilReady(ctx); err != nil {
+			return nil, err
+		}
+		if err := n.WaitUntilAttached(ctx); err != nil {
 			return nil, err
 		}
 	}

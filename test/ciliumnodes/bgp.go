@@ -1,12 +1,10 @@
 package ciliumnodes
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -240,11 +238,6 @@ func (c *Cluster) ServedViaEveryNode(ctx context.Context, r *Router) (time.Durat
 	return c.ServedVia(ctx, r, fixtures.ControlPlaneIPs, time.Minute)
 }
 
-// AfterSwitch is how long ServedVia gives agents that ran through a switch of the exposure between L2 and BGP: Cilium
-// 1.19's agents let some new connections through the VIP miss their load balancer for 8 s to over a minute after it
-// (docs/bgp.md, "Switching an exposure between L2 and BGP").
-const AfterSwitch = 3 * time.Minute
-
 // ServedVia is ServedViaEveryNode for the nodes (their InternalIPs) via, for at most within.
 func (c *Cluster) ServedVia(ctx context.Context, r *Router, via []string, within time.Duration) (time.Duration, []string, error) {
 	start := time.Now()
@@ -322,62 +315,6 @@ func (c *Cluster) Drain(ctx context.Context, node string, drain bool) error {
 		delete(n.Labels, DrainLabel)
 	}
 	return c.env.Client.Patch(ctx, n, patch)
-}
-
-// FrontendViews is what each control-plane node's agent holds for the frontends at ip: how many entries of its pinned
-// BPF service map, which its datapath looks packets up in, are for ip (bpftool); what cilium-dbg lists of that map and
-// of its reverse-NAT entries (`cilium-dbg bpf lb list`, `--revnat`), which on two of three nodes listed nothing while
-// bpftool dumped the same map with every entry (2026-12-04); and the frontends' reconciliation status in its load
-// balancer's table (`cilium-dbg statedb frontends`).
-func (c *Cluster) FrontendViews(ctx context.Context, ip string) string {
-	var views []string
-	for _, n := range c.Nodes() {
-		if !n.ControlPlane {
-			continue
-		}
-		view := []string{"--- " + n.Name + " ---", n.pinnedServiceEntries(ctx, ip)}
-		for _, args := range [][]string{{"bpf", "lb", "list"}, {"bpf", "lb", "list", "--revnat"}, {"statedb", "frontends"}} {
-			out, err := n.Dbg(ctx, args...)
-			if err != nil {
-				view = append(view, err.Error())
-				continue
-			}
-			lines := 0
-			for line := range strings.Lines(out) {
-				if strings.Contains(line, ip) {
-					view, lines = append(view, strings.TrimSpace(line)), lines+1
-				}
-			}
-			if lines == 0 {
-				view = append(view, fmt.Sprintf("cilium-dbg %s: nothing for %s", strings.Join(args, " "), ip))
-			}
-		}
-		views = append(views, strings.Join(view, "\n"))
-	}
-	return strings.Join(views, "\n")
-}
-
-// serviceMapPath is the agent's IPv4 service map as pinned on its node's bpffs (pkg/loadbalancer/maps, Service4MapV2Name).
-const serviceMapPath = "/sys/fs/bpf/tc/globals/cilium_lb4_services_v2"
-
-// pinnedServiceEntries says how many entries of the node's pinned IPv4 service map are for ip, whose address leads
-// the map's key (bpf/lib/lb.h struct lb4_key), out of how many.
-func (n *Node) pinnedServiceEntries(ctx context.Context, ip string) string {
-	addr, err := netip.ParseAddr(ip)
-	if err != nil || !addr.Is4() {
-		return fmt.Sprintf("bpftool: %s is no IPv4 address", ip)
-	}
-	keys, err := n.PinnedMapKeys(ctx, serviceMapPath)
-	if err != nil {
-		return err.Error()
-	}
-	want, found := addr.As4(), 0
-	for _, key := range keys {
-		if bytes.HasPrefix(key, want[:]) {
-			found++
-		}
-	}
-	return fmt.Sprintf("bpftool: %d of the %d entries of %s are for %s", found, len(keys), serviceMapPath, ip)
 }
 
 // WaitForDrainCopied waits until node's own agent has copied the state of DrainLabel on its Node (drained: present)

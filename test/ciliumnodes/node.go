@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
@@ -66,9 +67,8 @@ type Node struct {
 	extensionReady *podrun.Started
 	// apiServerDown: the node's kube-apiserver was switched off with its link (LinkDown).
 	apiServerDown bool
-	// agentPod is the UID of the pod the agent runs, agentImage the image of its agent container.
-	agentPod   types.UID
-	agentImage string
+	// agentPod is the UID of the pod the agent runs.
+	agentPod types.UID
 	// silenced: the node's switch port forwards nothing (Hung).
 	silenced bool
 	// moved: the node's address changed under its running agent, which the next Run starts afresh.
@@ -367,68 +367,9 @@ func (n *Node) startAgent(ctx context.Context, env *testenv.Env, pod *corev1.Pod
 		return err
 	}
 	n.mu.Lock()
-	n.agent, n.agentPod, n.agentImage = started, pod.UID, pod.Spec.Containers[i].Image
+	n.agent, n.agentPod = started, pod.UID
 	n.mu.Unlock()
 	return nil
-}
-
-// PinnedMapKeys are the keys of the BPF map pinned at path in the agent's mount namespace, read with bpftool: the map
-// as the datapath sees it, where cilium-dbg's listing of the service map was once seen empty while bpftool found it
-// filled.
-func (n *Node) PinnedMapKeys(ctx context.Context, path string) ([][]byte, error) {
-	n.mu.Lock()
-	agent := n.agent
-	n.mu.Unlock()
-	if agent == nil {
-		return nil, fmt.Errorf("no agent runs on %s", n.Name)
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "nsenter", "-t", strconv.Itoa(agent.Pid()), "-m", "bpftool", "--json", "map", "dump", "pinned", path).Output()
-	if err != nil {
-		return nil, fmt.Errorf("bpftool map dump pinned %s on %s: %w", path, n.Name, err)
-	}
-	var entries []struct {
-		Key []string `json:"key"`
-	}
-	if err := json.Unmarshal(out, &entries); err != nil {
-		return nil, fmt.Errorf("bpftool's dump of %s on %s: %w", path, n.Name, err)
-	}
-	keys := make([][]byte, 0, len(entries))
-	for _, e := range entries {
-		key := make([]byte, 0, len(e.Key))
-		for _, b := range e.Key {
-			v, err := strconv.ParseUint(strings.TrimPrefix(b, "0x"), 16, 8)
-			if err != nil {
-				return nil, fmt.Errorf("bpftool's dump of %s on %s: key byte %q: %w", path, n.Name, b, err)
-			}
-			key = append(key, byte(v))
-		}
-		keys = append(keys, key)
-	}
-	return keys, nil
-}
-
-// Dbg runs the cilium-dbg of the agent's release with args in the agent's mount and network namespaces, as `kubectl
-// exec` into its container does, and returns what it wrote.
-func (n *Node) Dbg(ctx context.Context, args ...string) (string, error) {
-	n.mu.Lock()
-	agent, image := n.agent, n.agentImage
-	n.mu.Unlock()
-	if agent == nil {
-		return "", fmt.Errorf("no agent runs on %s", n.Name)
-	}
-	dbg, err := ciliumbin.PathFor(ciliumbin.Dbg, image)
-	if err != nil {
-		return "", err
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "nsenter", append([]string{"-t", strconv.Itoa(agent.Pid()), "-m", "-n", dbg}, args...)...).CombinedOutput()
-	if err != nil {
-		return string(out), fmt.Errorf("cilium-dbg %s on %s: %w: %s", strings.Join(args, " "), n.Name, err, out)
-	}
-	return string(out), nil
 }
 
 // runInitContainers runs the pod's init containers that run a Cilium binary, in order and each to its end, as
@@ -494,6 +435,31 @@ func (n *Node) Ready(ctx context.Context) (bool, error) {
 func (n *Node) WaitUntilReady(ctx context.Context) error {
 	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 5*time.Minute, true, n.Ready); err != nil {
 		return fmt.Errorf("the agent on %s did not become ready: %w\n%s", n.Name, err, n.LogTail())
+	}
+	return nil
+}
+
+// fromNetdevLink is where Cilium pins the link of its program on the node's device, the one that load-balances what
+// the node receives for a service address (pkg/datapath/loader paths.go bpffsDeviceLinksDir, host.go
+// symbolFromHostNetdevEp), in the node's bpffs.
+func (n *Node) fromNetdevLink() string {
+	return filepath.Join(n.host, hostBPFFS, "cilium", "devices", "eth0", "links", "cil_from_netdev")
+}
+
+// WaitUntilAttached waits until Cilium's program is attached to the node's device. An agent on a node that never ran
+// one reports ready, takes L2 leases and advertises the VIP over BGP before it has compiled and attached its programs
+// (seconds each, more when several agents compile at once on two cores): until then its node routes what it receives
+// for the VIP instead of load-balancing it. A restarted agent's node keeps the programs of the last one meanwhile,
+// their links being pinned.
+func (n *Node) WaitUntilAttached(ctx context.Context) error {
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {
+		_, err := os.Stat(n.fromNetdevLink())
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		return err == nil, err
+	}); err != nil {
+		return fmt.Errorf("the agent on %s did not attach its program to the node's device: %w\n%s", n.Name, err, n.LogTail())
 	}
 	return nil
 }
