@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/cilium/cilium/api/v1/models"
 	"github.com/cilium/cilium/pkg/defaults"
+	"github.com/cilium/cilium/pkg/labels"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -439,27 +439,28 @@ func (n *Node) WaitUntilReady(ctx context.Context) error {
 	return nil
 }
 
-// fromNetdevLink is where Cilium pins the link of its program on the node's device, the one that load-balances what
-// the node receives for a service address (pkg/datapath/loader paths.go bpffsDeviceLinksDir, host.go
-// symbolFromHostNetdevEp), in the node's bpffs.
-func (n *Node) fromNetdevLink() string {
-	return filepath.Join(n.host, hostBPFFS, "cilium", "devices", "eth0", "links", "cil_from_netdev")
-}
-
-// WaitUntilAttached waits until Cilium's program is attached to the node's device. An agent on a node that never ran
-// one reports ready, takes L2 leases and advertises the VIP over BGP before it has compiled and attached its programs
-// (seconds each, more when several agents compile at once on two cores): until then its node routes what it receives
-// for the VIP instead of load-balancing it. A restarted agent's node keeps the programs of the last one meanwhile,
-// their links being pinned.
+// WaitUntilAttached waits until the agent has attached its own programs to its node's devices: until its host
+// endpoint is ready, whose regeneration compiles bpf_host and attaches it to cilium_host and the node's devices
+// (pkg/datapath/loader reloadHostEndpoint). An agent reports ready, takes L2 leases and advertises the VIP over BGP
+// before that (compiling takes seconds per agent, more when several compile at once on two cores). On a node that
+// never ran an agent, nothing load-balances meanwhile: the node routes what it receives for the VIP. On a node whose
+// agent restarted, the last agent's programs serve until the new one replaces them, and with them the maps it
+// changed between releases.
 func (n *Node) WaitUntilAttached(ctx context.Context) error {
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {
-		_, err := os.Stat(n.fromNetdevLink())
-		if errors.Is(err, fs.ErrNotExist) {
+	hostLabel := labels.LabelHost[labels.IDNameHost]
+	host := url.QueryEscape(hostLabel.String())
+	var state models.EndpointState
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var endpoints []*models.Endpoint
+		// Until the agent serves its API and has created its host endpoint, the request fails: not yet.
+		if err := n.agentGet(ctx, "/v1/endpoint?labels="+host, &endpoints); err != nil || len(endpoints) != 1 ||
+			endpoints[0].Status == nil || endpoints[0].Status.State == nil {
 			return false, nil
 		}
-		return err == nil, err
+		state = *endpoints[0].Status.State
+		return state == models.EndpointStateReady, nil
 	}); err != nil {
-		return fmt.Errorf("the agent on %s did not attach its program to the node's device: %w\n%s", n.Name, err, n.LogTail())
+		return fmt.Errorf("the host endpoint of the agent on %s is not ready (%q): %w\n%s", n.Name, state, err, n.LogTail())
 	}
 	return nil
 }

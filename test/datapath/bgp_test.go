@@ -53,7 +53,8 @@ func TestBGP(t *testing.T) {
 	// Read right after the exposure was seen Succeeded: the route must be there already.
 	if hops, err := router.NextHops(fixtures.ExposureVIP); err != nil || len(hops) == 0 {
 		neighbors, _ := router.Neighbors(ctx)
-		t.Errorf("the exposure is Succeeded, but the router has no route to the VIP (%v; neighbours %+v)", err, neighbors)
+		t.Errorf("the exposure is Succeeded, but the router has no route to the VIP (%v; neighbours %+v)\n%s\n--- the router's log ---\n%s",
+			err, neighbors, cluster.BGPNodeConfigs(ctx), router.Log())
 	}
 	if len(exp.Status.Ingress) != 1 || exp.Status.Ingress[0].IP != fixtures.ExposureVIP {
 		t.Errorf("status.ingress %+v, want %s", exp.Status.Ingress, fixtures.ExposureVIP)
