@@ -391,13 +391,14 @@ func (c *Cluster) Announce(ctx context.Context, exp *extensionsv1alpha1.SelfHost
 	return c.env.ReconcileAndWait(ctx, exp, 3*time.Minute)
 }
 
-// agentGracePeriod is the termination grace period of the agent pod that runs on node.
+// agentGracePeriod is how long kubelet lets the agent on node run between SIGTERM and SIGKILL: its pod's termination
+// grace period, at least minimumGracePeriod (the charts' 1 s is 2 s on a real node).
 func (c *Cluster) agentGracePeriod(node string) time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.running != nil {
 		if pod := c.installed[c.running.Chart].pods[node]; pod != nil && pod.Spec.TerminationGracePeriodSeconds != nil {
-			return time.Duration(*pod.Spec.TerminationGracePeriodSeconds) * time.Second
+			return max(minimumGracePeriod, time.Duration(*pod.Spec.TerminationGracePeriodSeconds)*time.Second)
 		}
 	}
 	return 30 * time.Second // Kubernetes' default
@@ -465,7 +466,7 @@ func (c *Cluster) FailBGPNode(ctx context.Context, r *Router, name string, failu
 		start = time.Now()
 		n.Kill()
 	case AgentStopped:
-		// As kubelet stops a container: SIGTERM, SIGKILL after the pod's grace period.
+		// As kubelet stops a container: SIGTERM, SIGKILL after the grace period.
 		grace := c.agentGracePeriod(name)
 		start = time.Now()
 		go func() {
