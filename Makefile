@@ -12,7 +12,7 @@ ENVTEST_ASSETS   = $(shell hack/envtest/build.sh)
 CILIUM_OPERATOR  = $(shell hack/cilium/build.sh cilium-operator)
 CILIUM_DBG       = $(shell hack/cilium/build.sh cilium-dbg)
 CILIUM_AGENT     = $(shell hack/cilium/build.sh cilium-agent)
-# The newest Cilium line's agent and CLI: test/datapath runs upstream's chart of it beside Gardener's.
+# The newest Cilium line's agent and CLI: test/agents/datapath runs upstream's chart of it beside Gardener's.
 CILIUM_AGENT_1_20 = $(shell hack/cilium/build.sh cilium-agent 1.20)
 CILIUM_DBG_1_20  = $(shell hack/cilium/build.sh cilium-dbg 1.20)
 # Empty when no copy is found: each suite that renders the chart then stops with the script's line naming what to run.
@@ -48,14 +48,14 @@ envtest-assets:
 	@hack/envtest/build.sh
 
 # Cilium's real operator (LB-IPAM, BGP control plane), cilium-dbg (the agent's build-config step) and the agent
-# (test/datapath), built from the cilium module pinned in hack/cilium.
+# (test/agents/datapath), built from the cilium module pinned in hack/cilium.
 .PHONY: cilium-binaries
 cilium-binaries:
 	@hack/cilium/build.sh cilium-operator
 	@hack/cilium/build.sh cilium-dbg
 	@hack/cilium/build.sh cilium-agent
 
-# The agent and cilium-dbg of Cilium 1.20 (hack/cilium/v1.20), which test/datapath runs from upstream's chart.
+# The agent and cilium-dbg of Cilium 1.20 (hack/cilium/v1.20), which test/agents/datapath runs from upstream's chart.
 .PHONY: cilium-1.20-binaries
 cilium-1.20-binaries:
 	@hack/cilium/build.sh cilium-dbg 1.20

@@ -31,9 +31,9 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/identity"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/helm"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/helm"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/webhook/apiserveraccess"
 )
 

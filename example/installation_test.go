@@ -9,7 +9,7 @@ import (
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
 	gardenerutils "github.com/gardener/gardener/pkg/utils/gardener"
 
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
 )
 
 // TestGardenadmInstallsItWhereverCiliumRuns: gardenadm and gardenlet compute the extension kinds and types a shoot

@@ -11,13 +11,13 @@ set -euo pipefail
 # package  program the suites run (to check on systems without dpkg)  who needs it
 packages=(
   "make            make                          the README's commands"
-  "iproute2        ip                            network namespaces: the nodes and pods of test/connect and test/datapath"
+  "iproute2        ip                            network namespaces: the nodes and pods of test/operator/connect and test/agents/datapath"
   "util-linux      unshare                       mount and cgroup namespaces of the pods those suites run"
   "iptables        iptables                      the agents' rules, and the counters of what the nodes dial"
   "iputils-arping  arping                        who answers ARP for the VIP"
   "clang-19        /usr/lib/llvm-19/bin/clang    the agents compile their BPF programs (Cilium needs LLVM >= 18.1; bookworm's default is 14)"
   "llvm-19         /usr/lib/llvm-19/bin/llc      ditto"
-  "frr             /usr/lib/frr/bgpd             the BGP router of test/datapath (zebra and bgpd, each run in namespaces of its own; the package's service never runs)"
+  "frr             /usr/lib/frr/bgpd             the BGP router of test/agents/datapath (zebra and bgpd, each run in namespaces of its own; the package's service never runs)"
 )
 
 [ "${SKIP_SETUP:-}" = 1 ] && exit 0

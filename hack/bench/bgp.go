@@ -11,13 +11,13 @@ import (
 
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumnodes"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/frr"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumnodes"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/frr"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
 )
 
-const bgpSection = "10. BGP withdrawal with Cilium's real agents and FRR (test/ciliumnodes, docs/bgp.md's router)"
+const bgpSection = "10. BGP withdrawal with Cilium's real agents and FRR (test/framework/ciliumnodes, docs/bgp.md's router)"
 
 // metalLBBFD is MetalLB's failover with BFD and FRR's defaults (300 ms x 3), the anchor for a withdrawal.
 const metalLBBFD = 900 * time.Millisecond

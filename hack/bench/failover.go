@@ -12,14 +12,14 @@ import (
 
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumnodes"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumchart"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumnodes"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/podrun"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
 )
 
-const failoverSection = "6. VIP failover with Cilium's real agents (L2, network-namespace nodes, test/ciliumnodes)"
+const failoverSection = "6. VIP failover with Cilium's real agents (L2, network-namespace nodes, test/framework/ciliumnodes)"
 
 // kubeVIPFailover is kube-vip's documented ARP failover time (an informal average), the usual way to put
 // kube-apiserver on a VIP today; metalLBFailover the upper end of MetalLB's memberlist detection of a dead speaker
@@ -39,7 +39,7 @@ func vipFailover(r *report, runs, rollouts int) error {
 	})
 }
 
-// withCiliumNodes runs do on a cluster of real agents (test/ciliumnodes) in a control plane of its own, serving a
+// withCiliumNodes runs do on a cluster of real agents (test/framework/ciliumnodes) in a control plane of its own, serving a
 // certificate made as Gardener makes it, or notes why section cannot run. An interrupted bench still removes its
 // namespaces, cgroups and processes.
 func withCiliumNodes(r *report, section, prefix string, do func(context.Context, *testenv.Env, *ciliumnodes.Cluster) error) error {

@@ -18,11 +18,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	extensionswebhook "github.com/gardener/gardener/extensions/pkg/webhook"
+	testutils "github.com/gardener/gardener/pkg/utils/test"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fakemanager"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumchart"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/webhook/apiserveraccess"
 )
 
@@ -59,7 +59,7 @@ func newFixture(version string) (*fixture, error) {
 	if err != nil {
 		return nil, err
 	}
-	mgr := fakemanager.Manager{Scheme: s, Client: c}
+	mgr := testutils.FakeManager{Scheme: s, Client: c}
 	f := &fixture{rendered: rendered, mutator: apiserveraccess.NewMutator(c), webhooks: map[string]*extensionswebhook.Webhook{}, scheme: s}
 	for _, add := range []func(manager.Manager) (*extensionswebhook.Webhook, error){
 		apiserveraccess.AddAgentWebhook, apiserveraccess.AddOperatorWebhook, apiserveraccess.AddConfigWebhook,

@@ -18,13 +18,13 @@ import (
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/health"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumchart"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/podrun"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
 )
 
-const probesSection = "7. Endpoint probes: the VIP's backends follow kube-apiserver readiness (the extension as its chart's pod, test/podrun)"
+const probesSection = "7. Endpoint probes: the VIP's backends follow kube-apiserver readiness (the extension as its chart's pod, test/framework/podrun)"
 
 // probeGoal is what issue 16 asks of the default settings: an unready kube-apiserver out of the slice within 3 s.
 const probeGoal = 3 * time.Second

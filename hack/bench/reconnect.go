@@ -8,11 +8,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumnodes"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumnodes"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
 )
 
-const reconnectSection = "8. A worker's agent reconnecting to kube-apiserver when its connection ends (real agents, test/ciliumnodes)"
+const reconnectSection = "8. A worker's agent reconnecting to kube-apiserver when its connection ends (real agents, test/framework/ciliumnodes)"
 
 // agentReconnects runs section 8: the connection of worker-0's agent to its control-plane node's kube-apiserver ends,
 // runs times each way: the node dies (link down, or hung: nothing in or out of its NIC), its kube-apiserver stops (connections

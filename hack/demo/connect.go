@@ -18,12 +18,12 @@ import (
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumbin"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumoperator"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumbin"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumchart"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumoperator"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/podrun"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
 )
 
 // componentRun is one Cilium container started from an admitted pod.
@@ -35,7 +35,7 @@ type componentRun struct {
 
 // connections starts, for every node, the agent's `config` init container (`cilium-dbg build-config`) of the pod
 // the webhook admitted for it, and the operator's pod, with the real binaries in a sandbox that stands for the node's
-// network (test/podrun), and shows which kube-apiserver address each reached. A component that finishes or leads has
+// network (test/framework/podrun), and shows which kube-apiserver address each reached. A component that finishes or leads has
 // verified kube-apiserver's certificate, which Gardener's secret utilities made: Cilium's client never skips
 // verification.
 func (d *demo) connections(ctx context.Context, rendered *ciliumchart.Objects, agentPods map[string]*corev1.Pod) ([]string, error) {

@@ -17,15 +17,15 @@ import (
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumnodes"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumoperator"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/frr"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumchart"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumnodes"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumoperator"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/frr"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/podrun"
 )
 
-// datapath runs Cilium's real agents on network-namespace nodes from the pods the webhook admitted (test/ciliumnodes),
+// datapath runs Cilium's real agents on network-namespace nodes from the pods the webhook admitted (test/framework/ciliumnodes),
 // shows each agent's state and the kube-apiserver it is connected to, exposes kube-apiserver on the VIP with the
 // chart's operator, shows who announces it and an HTTPS answer through it, and kills the announcing node; then, with
 // FRR installed, it switches the exposure to BGP (bgp).

@@ -12,7 +12,7 @@
 set -euo pipefail
 
 # The pinned commit and the git tree hash of its charts/internal/cilium (`git rev-parse COMMIT:charts/internal/cilium`).
-# Bumping the pin is this one line; test/ciliumchart.GardenerVersion follows the Cilium release of its image vector.
+# Bumping the pin is this one line; test/framework/ciliumchart.GardenerVersion follows the Cilium release of its image vector.
 pin="7fbb714fe48c2cc767d212a7a8d2e14881202ea1 eac701723eee4aeb7fb66b051ea9debe399c5863"
 
 read -r pinned_commit pinned_tree <<<"$pin"

@@ -26,7 +26,7 @@ type event struct {
 	Output     string
 }
 
-// cannotRun begins the line a suite prints when a prerequisite is missing (test/testenv.CannotRunPrefix).
+// cannotRun begins the line a suite prints when a prerequisite is missing (test/framework/testenv.CannotRunPrefix).
 const cannotRun = "cannot run: "
 
 const module = "github.com/gardener/gardener-extension-cilium-selfhosted/"

@@ -24,7 +24,7 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/ciliumconfig"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
 )
 
 // documentedEnv and documentedKeys are all the mutation may change besides `--k8s-api-server*` flags, the endpoints

@@ -20,10 +20,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	extensionswebhook "github.com/gardener/gardener/extensions/pkg/webhook"
+	testutils "github.com/gardener/gardener/pkg/utils/test"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fakemanager"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
 )
 
 // apply applies ops to original's JSON.
@@ -221,7 +221,7 @@ func (m changeMutator) Mutate(_ context.Context, obj, _ client.Object) error {
 // errors.
 func TestEveryRegisteredTypeHasAKind(t *testing.T) {
 	s := scheme.New()
-	mgr := fakemanager.Manager{Scheme: s, Client: fake.NewClientBuilder().WithScheme(s).Build()}
+	mgr := testutils.FakeManager{Scheme: s, Client: fake.NewClientBuilder().WithScheme(s).Build()}
 	for _, add := range []func(manager.Manager) (*extensionswebhook.Webhook, error){AddAgentWebhook, AddOperatorWebhook, AddConfigWebhook} {
 		wh, err := add(mgr)
 		if err != nil {

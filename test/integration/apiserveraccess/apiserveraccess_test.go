@@ -32,10 +32,10 @@ import (
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/resourcemanager"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumchart"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/resourcemanager"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/webhook/apiserveraccess"
 )
 
@@ -634,7 +634,7 @@ func metricsReaderToken(t *testing.T) string {
 }
 
 // TestWorkersSpreadOverControlPlane: pods on different nodes off the control plane list the control-plane nodes in
-// different orders in their hostAliases, so that (with Go's resolver keeping hosts-file order, see test/connect) they
+// different orders in their hostAliases, so that (with Go's resolver keeping hosts-file order, see test/operator/connect) they
 // spread their connections over all kube-apiservers.
 func TestWorkersSpreadOverControlPlane(t *testing.T) {
 	rendered := renderWhenMutating(t)

@@ -19,8 +19,8 @@ import (
 
 	secretsmanager "github.com/gardener/gardener/pkg/utils/secrets/manager"
 
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumchart"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
 )
 
 // certificates parses the PEM certificates of a CA bundle.

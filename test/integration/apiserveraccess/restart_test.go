@@ -9,7 +9,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
 )
 
 // TestWebhookOutlivesAPIServerRestart: on a single control-plane node, kube-apiserver's static pod is down for 30 s,

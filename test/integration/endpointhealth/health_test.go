@@ -19,9 +19,9 @@ import (
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/selfhostedshootexposure"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumchart"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
 )
 
 // waitUntilPublished waits until the exposure's slices say want, and its EndpointsReady condition has reason, and

@@ -1,4 +1,4 @@
-// Package endpointhealth_test runs the extension as the pod of its chart would run on cp-0 (test/podrun: in a
+// Package endpointhealth_test runs the extension as the pod of its chart would run on cp-0 (test/framework/podrun: in a
 // network namespace standing for the node, with its ServiceAccount's token and the cluster CA), against a real
 // kube-apiserver that serves a certificate made as Gardener makes it. The namespace holds the three control-plane
 // InternalIPs, each a TCP proxy to kube-apiserver that the tests switch off, as a control-plane node whose
@@ -13,10 +13,10 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/podrun"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumchart"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/podrun"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
 )
 
 var (

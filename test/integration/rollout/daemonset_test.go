@@ -12,7 +12,7 @@ import (
 
 	"github.com/gardener/gardener/pkg/utils/kubernetes/health"
 
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
 )
 
 // extension is the extension's DaemonSet as Gardener's resource manager applied it from the chart.

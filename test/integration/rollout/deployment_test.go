@@ -14,8 +14,8 @@ import (
 
 	"github.com/gardener/gardener/pkg/utils/kubernetes/health"
 
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
 )
 
 // asDeployment is the extension's pod as the chart shipped it before it became a DaemonSet: a Deployment whose

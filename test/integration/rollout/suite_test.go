@@ -1,6 +1,6 @@
 // Package rollout_test rolls the extension's own workload out as a real cluster does: Kubernetes' kube-controller-manager
 // (DaemonSet, Deployment, ReplicaSet and pod garbage-collection controllers) and kube-scheduler run against the suite's
-// kube-apiserver; test/kubelet stands for the kubelets, which cannot run here. Health is judged with Gardener's own
+// kube-apiserver; test/framework/kubelet stands for the kubelets, which cannot run here. Health is judged with Gardener's own
 // functions, those its resource manager and gardenadm wait on.
 package rollout_test
 
@@ -12,10 +12,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/kubelet"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumchart"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/kubelet"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
 )
 
 var (

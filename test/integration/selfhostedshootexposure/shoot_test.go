@@ -24,9 +24,9 @@ import (
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/selfhosted"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/ciliumchart"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/fixtures"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/testenv"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumchart"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
 )
 
 // editShoot changes the Shoot in the Cluster resource, as gardenadm does when the Shoot changes, and undoes the

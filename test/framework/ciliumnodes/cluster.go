@@ -1,0 +1,279 @@
+// Package ciliumnodes runs Cilium's real agents, built from the cilium module, on nodes that are network namespaces on
+// a bridge, exactly as the pods the webhook admitted would run them, for the datapath suite, the demo and the bench.
+//
+// Each node has its own network, mount and cgroup namespaces (../shared/notes/datapath.md has why each is needed so
+// that an agent changes nothing outside its node): eth0 on the bridge with the node's InternalIP, a fresh bpffs, a
+// cgroup2 subtree of its own for socket load-balancing, /proc/sys/kernel read-only, and what kubelet gives the pod
+// (test/framework/podrun). "kube-apiserver on each control-plane node" is a proxy at the node's InternalIP:443 and at
+// localhost:443 inside it, in front of the test's kube-apiserver, whose certificate is made as Gardener makes it
+// (podrun.ShootCertificates). Whatever reaches the `kubernetes` Service's backend address inside a node (where Cilium's
+// kube-proxy replacement sends a connection to the ClusterIP) is counted, and so is every packet a node sends to the
+// ClusterIP or the VIP untranslated (Attempts).
+//
+// Kubernetes' own DaemonSet controller and scheduler create and bind the agent pods of Gardener's chart; the harness
+// is the nodes' kubelet (kubelet.go), the one component that cannot run here.
+package ciliumnodes
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/flowcontrol"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/podrun"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/reaper"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
+)
+
+// Clang is the compiler the agent finds on its PATH: Cilium needs LLVM >= 18.1 (Debian bookworm's default is 14).
+const Clang = "/usr/lib/llvm-19/bin/clang"
+
+// ClientIP is the address of the client on the nodes' segment: a host that is no node (a user, a kubelet of another
+// cluster, a load test).
+const ClientIP = "10.0.3.100"
+
+// OperatorNode runs the operator: its pod is admitted unscheduled, like every pod of a Deployment.
+const OperatorNode = "worker-0"
+
+// NodeNames are the fixture nodes that get a namespace and an agent: the three control-plane nodes and a worker.
+var NodeNames = []string{"cp-0", "cp-1", "cp-2", "worker-0"}
+
+// Available says why agents cannot run on this machine, or nil when they can.
+func Available() error {
+	if err := testenv.Root(); err != nil {
+		return err
+	}
+	if err := testenv.KubernetesControllers(); err != nil {
+		return err
+	}
+	if _, err := os.Stat(Clang); err != nil {
+		return fmt.Errorf("the agents compile their BPF programs with %s, which is missing: run `sudo hack/setup.sh`", Clang)
+	}
+	return nil
+}
+
+// Cluster is the shoot's nodes with their agents, the client and the operator.
+type Cluster struct {
+	env     *testenv.Env
+	lan     *lan
+	cgroups string
+	// kubernetes are the DaemonSet controller and the scheduler; stopKubelets ends the nodes' kubelet loop.
+	kubernetes   *testenv.Kubernetes
+	stopKubelets context.CancelFunc
+	kubeletDone  chan struct{}
+	// Client is the client's network namespace.
+	Client *podrun.Netns
+	nodes  map[string]*Node
+	// router is the BGP router once started (StartRouter), remote the namespace of the client behind it.
+	router *Router
+	remote *podrun.Netns
+
+	mu        sync.Mutex
+	installed map[Chart]*installation
+	// running is what the agents run, nil before Run.
+	running *Agents
+	// configuredLease are the lease timings of the Shoot's NetworkConfig as last stored, at configuredAt.
+	configuredLease *LeaseTimings
+	configuredAt    time.Time
+	// announced is the exposure providerConfig the Shoot holds since the last Announce ("": the fixtures' own), and
+	// configuredFor the one it held when cilium-config was last stored: the webhook completes cilium-config with the
+	// lease timings of an L2 exposure only, and only when it admits it.
+	announced, configuredFor string
+	exposed                  *extensionsv1alpha1.SelfHostedShootExposure
+	// operatorPod is the admitted operator pod, whose container runs on OperatorNode; operatorExited is when the
+	// nodes' kubelet saw it exit by itself, operatorCrashLoop the back-off of its restarts.
+	operatorPod       *corev1.Pod
+	operatorExited    time.Time
+	operatorCrashLoop *flowcontrol.Backoff
+	// disturbed are the nodes whose agent or kube-apiserver was stopped and started again.
+	disturbed map[string]bool
+	// webhookRoute takes kube-apiserver's webhook calls to the extension pods (extension.go), routes is its
+	// goroutines; extensionStopped says that env's own extension was stopped for the pods.
+	webhookRoute     net.Listener
+	routes           sync.WaitGroup
+	extensionStopped bool
+	// extensionArgs are what the extension pods run with beside their chart's arguments; extensionsManaged once the
+	// nodes' kubelet looks after their pods (syncExtensionPods); extensionStarts are its starts.
+	extensionArgs     []string
+	extensionsManaged bool
+	extensionStarts   sync.WaitGroup
+}
+
+// Options say how New sets the cluster up.
+type Options struct {
+	// ExtensionPods runs the extension as its chart's pods on the control-plane nodes (extension.go) in place of env's
+	// extension on this machine's network, which has no node and hands no L2 lease over.
+	ExtensionPods bool
+}
+
+// New plugs a namespace per node of NodeNames and one for the client into a new bridge, and starts each control-plane
+// node's kube-apiserver. prefix names what it creates on the machine (namespaces, a cgroup); Close removes it all.
+func New(ctx context.Context, env *testenv.Env, prefix string, o Options) (*Cluster, error) {
+	// Inside the suite's own cgroup, so that the agents die with it whatever happens to it.
+	cgroups, err := reaper.Cgroup("cilium-datapath-" + prefix)
+	if err != nil {
+		return nil, err
+	}
+	if err := useFixtureAddresses(ctx, env); err != nil {
+		return nil, err
+	}
+	c := &Cluster{env: env, cgroups: cgroups, nodes: map[string]*Node{}, installed: map[Chart]*installation{}, disturbed: map[string]bool{}, operatorCrashLoop: newCrashLoopBackOff()}
+	if err := os.Mkdir(c.cgroups, 0o755); err != nil {
+		return nil, err
+	}
+	if c.lan, err = newLAN(prefix); err != nil {
+		c.Close()
+		return nil, err
+	}
+	if c.Client, err = c.lan.attach("client", ClientIP); err != nil {
+		c.Close()
+		return nil, err
+	}
+	// The VIP is on the segment, as an L2-announced address must be: the client ARPs for it.
+	if err := c.Client.IP("route", "add", fixtures.ExposureVIP+"/32", "dev", "eth0"); err != nil {
+		c.Close()
+		return nil, err
+	}
+	for i, name := range NodeNames {
+		n, err := c.newNode(ctx, name, i)
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("node %s: %w", name, err)
+		}
+		c.nodes[name] = n
+	}
+	// The DaemonSet controller makes the extension's pods too.
+	if err := env.CreateSystemPriorityClass(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	if c.kubernetes, err = env.RunKubernetes([]string{"daemonset-controller"}); err != nil {
+		c.Close()
+		return nil, err
+	}
+	var kubelets context.Context
+	kubelets, c.stopKubelets = context.WithCancel(context.Background())
+	c.kubeletDone = make(chan struct{})
+	go func() {
+		defer close(c.kubeletDone)
+		c.runKubelets(kubelets)
+	}()
+	if o.ExtensionPods {
+		if err := c.runExtension(ctx); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// useFixtureAddresses gives the nodes their fixture InternalIPs (a caller may have moved them, as the demo's sandbox
+// does) and waits until the extension has published the control-plane nodes' endpoints, which the webhook pins.
+func useFixtureAddresses(ctx context.Context, env *testenv.Env) error {
+	var want []string
+	for _, n := range fixtures.Nodes() {
+		if !slices.Contains(NodeNames, n.Name) {
+			continue
+		}
+		for _, a := range n.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				if err := env.SetInternalIP(ctx, n.Name, a.Address); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	for _, ip := range fixtures.ControlPlaneIPs {
+		want = append(want, apiserverendpoints.URL(ip))
+	}
+	cm := &corev1.ConfigMap{}
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := env.Client.Get(ctx, client.ObjectKey{Namespace: cilium.Namespace, Name: apiserverendpoints.ConfigMapName}, cm)
+		return err == nil && cm.Data[apiserverendpoints.KeyAPIServerURLs] == strings.Join(want, ","), client.IgnoreNotFound(err)
+	}); err != nil {
+		return fmt.Errorf("the extension did not publish the control-plane endpoints %v: %v: %w", want, cm.Data, err)
+	}
+	return nil
+}
+
+// Close stops every process on the nodes and removes the namespaces, links and cgroups; env's extension runs again.
+func (c *Cluster) Close() {
+	if err := c.stopExtension(); err != nil {
+		fmt.Fprintf(os.Stderr, "starting the extension again: %v\n", err)
+	}
+	if c.stopKubelets != nil {
+		c.stopKubelets()
+		<-c.kubeletDone
+	}
+	if c.kubernetes != nil {
+		c.kubernetes.Stop()
+	}
+	var stopping sync.WaitGroup
+	for _, n := range c.nodes {
+		stopping.Go(n.Stop)
+	}
+	stopping.Wait()
+	for _, n := range c.nodes {
+		n.sandbox.Close()
+		if err := n.unmountHostFS(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+	}
+	c.StopRouter()
+	if c.lan != nil {
+		c.lan.close()
+	}
+	if err := reaper.RemoveCgroups(c.cgroups); err != nil {
+		fmt.Fprintf(os.Stderr, "removing %s: %v\n", c.cgroups, err)
+	}
+}
+
+// Disturbed says whether the node's agent or kube-apiserver was stopped and started again.
+func (c *Cluster) Disturbed(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.disturbed[name]
+}
+
+func (c *Cluster) disturb(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.disturbed[name] = true
+}
+
+// Node is the node of that name.
+func (c *Cluster) Node(name string) *Node { return c.nodes[name] }
+
+// Nodes are the nodes, sorted by name.
+func (c *Cluster) Nodes() []*Node {
+	out := make([]*Node, 0, len(c.nodes))
+	for _, name := range slices.Sorted(maps.Keys(c.nodes)) {
+		out = append(out, c.nodes[name])
+	}
+	return out
+}
+
+// NodeByIP is the node whose InternalIP is ip, or nil.
+func (c *Cluster) NodeByIP(ip string) *Node {
+	for _, n := range c.nodes {
+		if n.IP == ip {
+			return n
+		}
+	}
+	return nil
+}

@@ -1,0 +1,823 @@
+package ciliumnodes
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/l2handover"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/ciliumconfig"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumchart"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumoperator"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/podrun"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
+)
+
+// Expose runs the agents unless they run, starts the operator of Gardener's chart from its admitted pod, creates the shoot's
+// exposure as gardenadm does, waits until the extension reports the VIP and an agent holds the announcement lease,
+// once.
+func (c *Cluster) Expose(ctx context.Context) (*extensionsv1alpha1.SelfHostedShootExposure, error) {
+	c.mu.Lock()
+	running := c.running
+	c.mu.Unlock()
+	if running == nil {
+		if _, err := c.Run(ctx, Agents{}); err != nil {
+			return nil, err
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.exposed != nil {
+		return c.exposed, nil
+	}
+	if err := c.startOperator(ctx); err != nil {
+		return nil, err
+	}
+	exp := fixtures.Exposure("datapath", fixtures.Nodes())
+	if err := c.env.Client.Create(ctx, exp); err != nil {
+		return nil, err
+	}
+	if err := testenv.WaitUntilReady(ctx, c.env.Client, exp, 3*time.Minute); err != nil {
+		return nil, err
+	}
+	if _, err := c.WaitForLeaseHolder(ctx, exp, ""); err != nil {
+		return nil, err
+	}
+	c.exposed = exp
+	return exp, nil
+}
+
+// startOperator admits Gardener's operator pod and runs its operator container on OperatorNode. The pod is admitted
+// as a dry run: stored, kube-scheduler would bind it to whatever node it picks, where no kubelet would ever report it
+// ready.
+func (c *Cluster) startOperator(ctx context.Context) error {
+	pod := ciliumchart.DeploymentPod(c.installed[GardenerChart].operator)
+	if err := c.admit(ctx, pod); err != nil {
+		return err
+	}
+	c.operatorPod = pod
+	return c.runOperator(ctx)
+}
+
+// runOperator runs the operator container of the admitted operator pod on OperatorNode, with the ConfigMaps as
+// stored now (a restarted container sees its volumes as kubelet last synced them).
+func (c *Cluster) runOperator(ctx context.Context) error {
+	configMaps, err := c.kubeSystemConfigMaps(ctx)
+	if err != nil {
+		return err
+	}
+	// As in the connection suite: the operator's serve addresses, and Cilium's CRDs left as the test installed them.
+	configMaps[cilium.ConfigMapName] = maps.Clone(configMaps[cilium.ConfigMapName])
+	maps.Copy(configMaps[cilium.ConfigMapName], ciliumoperator.Config(9234, 9963))
+	ct, err := podrun.ForPod(ctx, c.env, c.operatorPod, "cilium-operator")
+	if err != nil {
+		return err
+	}
+	n := c.nodes[OperatorNode]
+	dir := filepath.Join(c.env.Dir, "nodes", n.Name, "operator")
+	ct.Node, ct.ConfigMaps, ct.Dir, ct.LogPath = n.Name, configMaps, dir, filepath.Join(dir, "cilium-operator.log")
+	operator, err := n.sandbox.Start(ct)
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	n.operator = operator
+	n.mu.Unlock()
+	return nil
+}
+
+// AnnouncementLease is Cilium's L2 announcement lease of the exposure's Service.
+func (c *Cluster) AnnouncementLease(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) (*coordinationv1.Lease, error) {
+	lease := &coordinationv1.Lease{}
+	return lease, c.env.Client.Get(ctx, l2handover.LeaseKey(exp), lease)
+}
+
+// LeaseHolder is the node that holds the exposure's L2 announcement lease, "" when none does.
+func (c *Cluster) LeaseHolder(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) (string, error) {
+	lease, err := c.AnnouncementLease(ctx, exp)
+	if err != nil || lease.Spec.HolderIdentity == nil {
+		return "", client.IgnoreNotFound(err)
+	}
+	return *lease.Spec.HolderIdentity, nil
+}
+
+// WaitForLeaseHolder waits until a node other than not holds the lease, and returns it.
+func (c *Cluster) WaitForLeaseHolder(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, not string) (string, error) {
+	var holder string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		holder, err = c.LeaseHolder(ctx, exp)
+		return holder != "" && holder != not, err
+	})
+	if err != nil {
+		return "", fmt.Errorf("no node other than %q took the L2 announcement lease of the VIP: %w", not, err)
+	}
+	return holder, nil
+}
+
+// leaseDuration is the duration written in the exposure's L2 announcement lease by its holder.
+func (c *Cluster) leaseDuration(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) time.Duration {
+	lease, err := c.AnnouncementLease(ctx, exp)
+	if err != nil || lease.Spec.LeaseDurationSeconds == nil {
+		return 0
+	}
+	return time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second
+}
+
+// configuredLeaseDuration is the lease duration the control-plane agents run with: cilium-config's as stored.
+func (c *Cluster) configuredLeaseDuration() (time.Duration, error) {
+	configMaps, err := c.kubeSystemConfigMaps(context.Background())
+	if err != nil {
+		return 0, err
+	}
+	v := configMaps[cilium.ConfigMapName][ciliumconfig.KeyL2LeaseDuration]
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("cilium-config %s: %w", ciliumconfig.KeyL2LeaseDuration, err)
+	}
+	return d, nil
+}
+
+var macPattern = regexp.MustCompile(`\[([0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5})\]`)
+
+// ARP asks for ip from the client three times, as a host on the segment does, and returns the MAC addresses that
+// answered.
+func (c *Cluster) ARP(ip string) ([]string, error) { return c.arping(ip, "-c", "3", "-w", "4") }
+
+// Answerers names the nodes whose MAC addresses are in macs, in their order; an address of no node stays as it is.
+func (c *Cluster) Answerers(macs []string) []string {
+	names := slices.Clone(macs)
+	for _, n := range c.nodes {
+		if mac, err := n.MAC(); err == nil {
+			if i := slices.Index(macs, mac); i >= 0 {
+				names[i] = n.Name
+			}
+		}
+	}
+	return names
+}
+
+func (c *Cluster) arping(ip string, args ...string) ([]string, error) {
+	out, err := exec.Command("ip", append([]string{"netns", "exec", c.Client.Name(), "arping", "-I", "eth0"}, append(args, ip)...)...).CombinedOutput()
+	if err != nil && len(out) == 0 {
+		return nil, fmt.Errorf("arping: %w", err)
+	}
+	var macs []string
+	for _, m := range macPattern.FindAllStringSubmatch(string(out), -1) {
+		if mac := strings.ToLower(m[1]); !slices.Contains(macs, mac) {
+			macs = append(macs, mac)
+		}
+	}
+	slices.Sort(macs)
+	return macs, nil
+}
+
+// WaitForARP waits until the VIP is answered by ARP from the client, and returns who answered.
+func (c *Cluster) WaitForARP(ctx context.Context, done func(macs []string) bool) ([]string, error) {
+	var macs []string
+	err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(context.Context) (bool, error) {
+		var err error
+		macs, err = c.ARP(fixtures.ExposureVIP)
+		return done(macs), err
+	})
+	return macs, err
+}
+
+// ReadyzThroughVIP sends GET /readyz from the client to the VIP, verifying the certificate under the shoot's
+// external API name, as a kubelet or a user does, with the test's admin credentials.
+func (c *Cluster) ReadyzThroughVIP(ctx context.Context) (string, error) {
+	return c.readyzThroughVIP(ctx, c.Client.DialContext)
+}
+
+// readyzThroughVIP sends GET /readyz to the VIP over dial, verifying the certificate under the shoot's API name.
+func (c *Cluster) readyzThroughVIP(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error)) (string, error) {
+	tlsConfig, err := rest.TLSConfigFor(c.env.Config)
+	if err != nil {
+		return "", err
+	}
+	tlsConfig.ServerName = ciliumchart.ExternalHost
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig, DialContext: dial, DisableKeepAlives: true}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+fixtures.ExposureVIP+":443/readyz", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s: %s", resp.Status, body)
+	}
+	return string(body), nil
+}
+
+// Failover is what one failover of the VIP took.
+type Failover struct {
+	// From is the node that died, To the node that holds the lease afterwards.
+	From, To string
+	// ARP is the time from the death until a live node answers ARP for the VIP, HTTPS until GET /readyz through
+	// the VIP succeeds again.
+	ARP, HTTPS time.Duration
+	// Lease is the lease duration the holder wrote.
+	Lease time.Duration
+	// HandedOver is the extension's HandedOver event of the failover on the exposure, "" when the lease moved
+	// without it (it expired).
+	HandedOver string
+	// LeaseMove is how the lease went from From to To.
+	LeaseMove LeaseMove
+}
+
+// Death is how the lease holder's node dies.
+type Death string
+
+const (
+	// LinkDown: the node loses power or its link. Its switch port goes down, the switch forgets its MAC and floods
+	// frames for it to every port.
+	LinkDown Death = "link down"
+	// Hung: the node stops answering while its link stays up (a hung kernel, a stuck NIC): nothing goes in or out of
+	// its NIC, ARP included. The switch keeps forwarding frames for its MAC to it until ARP moves the VIP.
+	Hung Death = "hung, link up"
+)
+
+// FailOver kills the lease holder's node as death says, its agent without a chance to hand over the lease, and
+// measures until another node answers ARP for the VIP and HTTPS through the VIP works again. The dead node stays dead
+// until the next Run.
+func (c *Cluster) FailOver(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, death Death) (Failover, error) {
+	var f Failover
+	dead, deadMAC, err := c.settledHolder(ctx, exp)
+	if err != nil {
+		return f, fmt.Errorf("before the failover: %w", err)
+	}
+	f.From = dead.Name
+	// The client talks to the VIP through the holder, as a client that has been using it does: its neighbour entry
+	// resolved afresh while only the holder answers. An entry left from an earlier holder would send the client's
+	// packets to a node that is still alive, whose Cilium load-balances the VIP as well.
+	if err := c.Client.IP("neigh", "flush", "to", fixtures.ExposureVIP); err != nil {
+		return f, err
+	}
+	if _, err := c.ReadyzThroughVIP(ctx); err != nil {
+		return f, fmt.Errorf("before the failover, HTTPS through the VIP: %w", err)
+	}
+	if entry := c.clientNeighbour(); !strings.Contains(entry, deadMAC) {
+		return f, fmt.Errorf("before the failover, the client's neighbour entry for the VIP is %q, want the holder %s's %s", entry, f.From, deadMAC)
+	}
+	// The holder writes its lease duration at every renewal: after a restart with other timings, wait for it.
+	want, err := c.configuredLeaseDuration()
+	if err != nil {
+		return f, err
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		f.Lease = c.leaseDuration(ctx, exp)
+		return f.Lease == want, nil
+	}); err != nil {
+		return f, fmt.Errorf("the L2 announcement lease says %s, the agents run with %s: %w", f.Lease, want, err)
+	}
+	// The extension's handover reads cilium-config's timings at most every TimingsMaxAge, as it would after an
+	// operator's change.
+	c.mu.Lock()
+	configuredAt := c.configuredAt
+	c.mu.Unlock()
+	select {
+	case <-time.After(time.Until(configuredAt.Add(l2handover.TimingsMaxAge))):
+	case <-ctx.Done():
+		return f, ctx.Err()
+	}
+	c.disturb(f.From)
+	events, err := c.handoverEvents(ctx, exp)
+	if err != nil {
+		return f, err
+	}
+	stopTimeline, err := c.leaseTimeline(ctx, exp)
+	if err != nil {
+		return f, err
+	}
+	defer func() {
+		if stopTimeline != nil {
+			stopTimeline()
+		}
+	}()
+	start, err := dead.die(death)
+	if err != nil {
+		return f, err
+	}
+	// ARP and HTTPS are watched apart, so that one's wait does not delay the other's measurement: ARP asked every
+	// arpInterval on a socket of its own, a new HTTPS request started every httpsInterval, each with a second to
+	// succeed.
+	var polls sync.WaitGroup
+	polls.Go(func() {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		if _, at, err := arpWatch(ctx, c.Client, fixtures.ExposureVIP, deadMAC); err == nil {
+			f.ARP = at.Sub(start)
+		}
+	})
+	polls.Go(func() {
+		if at, ok := c.firstHTTPS(ctx, 2*time.Minute); ok {
+			f.HTTPS = at.Sub(start)
+		}
+	})
+	polls.Wait()
+	if f.ARP == 0 || f.HTTPS == 0 {
+		macs, _ := c.ARP(fixtures.ExposureVIP)
+		holder, _ := c.LeaseHolder(ctx, exp)
+		return f, fmt.Errorf("after %s died, ARP was answered by a live node after %s, HTTPS after %s (0: never within 2 minutes); now arping gets %v, the lease is held by %q",
+			f.From, f.ARP, f.HTTPS, macs, holder)
+	}
+	if f.To, err = c.WaitForLeaseHolder(ctx, exp, f.From); err != nil {
+		return f, err
+	}
+	if f.HandedOver, err = c.newHandoverEvent(ctx, exp, events, f.From); err != nil {
+		return f, err
+	}
+	versions := stopTimeline()
+	stopTimeline = nil
+	f.LeaseMove = moveOf(versions, f.From, f.To, start, f.HandedOver != "")
+	return f, nil
+}
+
+// settledHolder waits until ARP for the VIP is answered by the lease holder alone, and returns it with its MAC. The
+// holder is read afresh each time: right after agents restart, the lease may still move legitimately (the extension
+// hands it away from a holder whose kube-apiserver it has not yet seen ready again), and the node that answers ARP
+// follows it.
+func (c *Cluster) settledHolder(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) (*Node, string, error) {
+	events, err := c.handoverEvents(ctx, exp)
+	if err != nil {
+		return nil, "", err
+	}
+	var holder, mac string
+	var macs, holders []string
+	err = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		h, err := c.LeaseHolder(ctx, exp)
+		if err != nil || c.nodes[h] == nil {
+			return false, err
+		}
+		if holder = h; !slices.Contains(holders, h) {
+			holders = append(holders, h)
+		}
+		if mac, err = c.nodes[h].MAC(); err != nil {
+			return false, err
+		}
+		macs, err = c.ARP(fixtures.ExposureVIP)
+		return slices.Equal(macs, []string{mac}), err
+	})
+	if err != nil {
+		var handovers []string
+		if now, herr := c.handoverEvents(ctx, exp); herr == nil {
+			for name, e := range now {
+				if b, ok := events[name]; !ok || b.Count != e.Count {
+					handovers = append(handovers, e.Message)
+				}
+			}
+		}
+		return nil, "", fmt.Errorf("ARP for the VIP is answered by %v (%v), want only the lease holder %q's %s "+
+			"(holders seen %v; handovers meanwhile %q): %w", macs, c.Answerers(macs), holder, mac, holders, handovers, err)
+	}
+	return c.nodes[holder], mac, nil
+}
+
+// httpsInterval is how often firstHTTPS starts a request: the resolution of the HTTPS times it measures.
+const httpsInterval = 100 * time.Millisecond
+
+// firstHTTPS starts a new request through the VIP every httpsInterval, each with a second to succeed, and returns
+// when the first one succeeded; false when none did within timeout.
+func (c *Cluster) firstHTTPS(ctx context.Context, timeout time.Duration) (time.Time, bool) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	succeeded := make(chan time.Time, 1)
+	var attempts sync.WaitGroup
+	defer attempts.Wait()
+	ticker := time.NewTicker(httpsInterval)
+	defer ticker.Stop()
+	for {
+		attempts.Go(func() {
+			attempt, cancelAttempt := context.WithTimeout(ctx, time.Second)
+			defer cancelAttempt()
+			if _, err := c.ReadyzThroughVIP(attempt); err == nil {
+				select {
+				case succeeded <- time.Now():
+				default:
+				}
+			}
+		})
+		select {
+		case at := <-succeeded:
+			cancel()
+			return at, true
+		case <-ctx.Done():
+			return time.Time{}, false
+		case <-ticker.C:
+		}
+	}
+}
+
+// handoverEvents are the extension's HandedOver events on the exposure, by name, with their counts.
+func (c *Cluster) handoverEvents(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) (map[string]corev1.Event, error) {
+	list := &corev1.EventList{}
+	if err := c.env.Client.List(ctx, list, client.InNamespace(exp.Namespace)); err != nil {
+		return nil, err
+	}
+	out := map[string]corev1.Event{}
+	for _, e := range list.Items {
+		if e.InvolvedObject.Name == exp.Name && e.Reason == l2handover.EventHandedOver {
+			out[e.Name] = e
+		}
+	}
+	return out, nil
+}
+
+// newHandoverEvent is the message of a HandedOver event on the exposure that is not among before (or was counted
+// again since), the one of a handover from holder if there is one, "" when there is none. After a failover the lease
+// may be handed more than once (a handover undone, a lease its new holder released taken again). The recorder writes
+// events asynchronously: it is waited for a little.
+func (c *Cluster) newHandoverEvent(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, before map[string]corev1.Event, holder string) (string, error) {
+	var message string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+		now, err := c.handoverEvents(ctx, exp)
+		if err != nil {
+			return false, nil // the client's rate limit near the deadline: the next look, or none
+		}
+		for name, e := range now {
+			if b, ok := before[name]; !ok || b.Count != e.Count {
+				message = e.Message
+				if strings.Contains(e.Message, "from "+holder+" to ") {
+					return true, nil
+				}
+			}
+		}
+		return false, nil
+	})
+	if wait.Interrupted(err) {
+		return message, nil
+	}
+	return message, err
+}
+
+// APIServerOutage is what new connections through the VIP saw while one control-plane node's kube-apiserver was
+// down and its node up, and after it came back.
+type APIServerOutage struct {
+	Node string
+	// Announcer: the stopped kube-apiserver was the lease holder's, whose agent is then blind; NewHolder is who holds
+	// the lease after the outage.
+	Announcer         bool
+	Holder, NewHolder string
+	// Attempts and Failed count the requests through the VIP while it was down; LastFailure is when, after the stop,
+	// the last of them failed, within the attempts' window (Window).
+	Attempts, Failed    int
+	LastFailure, Window time.Duration
+	// TakenOut is when, after the stop, the exposure published the endpoint as not ready (0: not within the window);
+	// Moved is when the lease left the node (0: it did not hold it, or did not leave within the window). Settled is
+	// when both had happened: from then on the VIP is announced by a node whose agent sees the endpoint taken out.
+	TakenOut, Moved, Settled time.Duration
+	// FailedAfterSettled counts the failures after Settled; Failures say when (after the stop) and how they failed.
+	// SucceededAtEnd is how many requests in a row succeeded at the end of the outage.
+	FailedAfterSettled, SucceededAtEnd int
+	Failures                           []string
+	// Under BGP, the stopped kube-apiserver's node keeps announcing the VIP while its agent, which reaches
+	// kube-apiserver only through it, is blind: it never learns that its own endpoint is out. ViaDown and
+	// FailedViaDown count the requests after Settled that the router sent to that node, and those of them that failed;
+	// FailedAfterSettled and SucceededAtEnd count only the others.
+	ViaDown, FailedViaDown int
+	// LastFailureElsewhere is when, after the stop, the last request failed that the router sent to another node.
+	LastFailureElsewhere time.Duration
+	// Back is when, after the start, the endpoint was published as ready again (0: not within the window);
+	// BackAttempts and BackFailed count the requests from the start until outageTail after that; BackFailures say
+	// when (after the start) and how they failed. Under BGP, BackFailedViaDown counts apart those the router sent to
+	// the blind node before the endpoint was published ready, which failed for the same reason as ViaDown's.
+	Back                                        time.Duration
+	BackAttempts, BackFailed, BackFailedViaDown int
+	BackFailures                                []string
+}
+
+// failure describes a request through the VIP that failed at after: where its packets went (the client's neighbour
+// entry and the lease holder under L2, the router's next hop under BGP), what each agent load-balances the VIP to, and
+// what the exposure publishes.
+func (c *Cluster) failure(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, after time.Duration, a outageAttempt) string {
+	where := "via " + a.hop
+	if !a.bgp {
+		holder, err := c.LeaseHolder(ctx, exp)
+		if err != nil {
+			holder = "unknown"
+		}
+		where = fmt.Sprintf("lease held by %s, client's neighbour entry %q", holder, c.clientNeighbour())
+	}
+	return fmt.Sprintf("%s (%s, agents %s, published %s): %v",
+		after.Round(100*time.Millisecond), where, c.AgentViews(ctx), c.publishedEndpoints(ctx, exp), a.err)
+}
+
+// outageTail is how many requests are sent after the outage settled and after the endpoint is published as ready
+// again.
+const outageTail = 20
+
+// Outage says how StopOneAPIServer sends its requests and whose kube-apiserver it stops.
+type Outage struct {
+	// Attempts is how many requests at least go through the VIP while the kube-apiserver is down.
+	Attempts int
+	// Announcer stops the L2 lease holder's kube-apiserver, another's otherwise.
+	Announcer bool
+	// Router, when set, is the BGP router the exposure announces the VIP to: the requests come from behind it, each
+	// from a source port of its own, so that ECMP spreads them over the nodes, every one of which announces the VIP
+	// (there is no holder, and Announcer is ignored). Unset, they come from the client on the nodes' segment.
+	Router *Router
+	// Drained, under BGP, names the control-plane node whose kube-apiserver stops, which the operator took out of the
+	// announcement beforehand (Drain): the router has no route via it.
+	Drained string
+}
+
+// outageAttempt is one new request through the VIP: under BGP, the node the router sent it to; how it failed.
+type outageAttempt struct {
+	bgp bool
+	hop string
+	err error
+}
+
+func (c *Cluster) outageAttempt(ctx context.Context, r *Router) outageAttempt {
+	if r == nil {
+		return outageAttempt{err: c.attempt(ctx)}
+	}
+	sport := r.NextSourcePort()
+	attemptCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err := c.ReadyzFromRemote(attemptCtx, r, sport)
+	return outageAttempt{bgp: true, hop: r.Hop(ctx, sport), err: err}
+}
+
+// StopOneAPIServer waits until the VIP serves, stops the kube-apiserver of a control-plane node as o says, and sends
+// new requests through the VIP, about every 200 ms: o.Attempts of them (at least), outageTail more once the outage
+// settled (Settled), and on until the last outageTail succeeded, for at most two minutes. Then it starts the
+// kube-apiserver again and sends requests until outageTail after it is published as ready again.
+func (c *Cluster) StopOneAPIServer(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, o Outage) (out APIServerOutage, err error) {
+	r, announcer := o.Router, o.Announcer && o.Router == nil
+	if o.Drained != "" && (r == nil || c.nodes[o.Drained] == nil) {
+		return out, fmt.Errorf("only a control-plane node under BGP can be drained, not %q", o.Drained)
+	}
+	var holder string
+	if r == nil {
+		holder, err = c.WaitUntilServing(ctx, exp)
+	} else {
+		announcing := slices.DeleteFunc(slices.Clone(fixtures.ControlPlaneIPs), func(ip string) bool {
+			return o.Drained != "" && ip == c.nodes[o.Drained].Address()
+		})
+		if err = r.WaitForNextHops(ctx, announcing); err == nil {
+			_, _, err = c.ServedVia(ctx, r, announcing, time.Minute)
+		}
+	}
+	if err != nil {
+		return out, err
+	}
+	i := slices.IndexFunc(c.Nodes(), func(n *Node) bool {
+		if o.Drained != "" {
+			return n.Name == o.Drained
+		}
+		return n.ControlPlane && (n.Name == holder) == announcer
+	})
+	down := c.Nodes()[i]
+	out.Node, out.Announcer, out.Holder = down.Name, announcer, holder
+	c.disturb(down.Name)
+	if err := down.SwitchAPIServer(false); err != nil {
+		return out, err
+	}
+	switchedOn := false
+	defer func() {
+		if !switchedOn {
+			if onErr := down.SwitchAPIServer(true); err == nil {
+				err = onErr
+			}
+		}
+	}()
+	start := time.Now()
+	tail := 0
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		// A read that failed says nothing new; the requests go on.
+		ready, err := c.endpointReady(ctx, exp, down)
+		if err != nil {
+			ready = out.TakenOut == 0
+		}
+		if !ready && out.TakenOut == 0 {
+			out.TakenOut = time.Since(start)
+		}
+		if announcer && out.Moved == 0 {
+			if now, err := c.LeaseHolder(ctx, exp); err == nil && now != "" && now != down.Name {
+				out.Moved = time.Since(start)
+			}
+		}
+		if out.Settled == 0 && out.TakenOut > 0 && (!announcer || out.Moved > 0) {
+			out.Settled = time.Since(start)
+		}
+		a := c.outageAttempt(ctx, r)
+		out.Attempts++
+		if a.err != nil {
+			out.Failed++
+			out.LastFailure = time.Since(start)
+			if a.bgp && a.hop != down.Address() {
+				out.LastFailureElsewhere = out.LastFailure
+			}
+		}
+		blind := out.Settled > 0 && a.bgp && a.hop == down.Address()
+		switch {
+		case blind:
+			out.ViaDown++
+		case a.err != nil:
+			out.SucceededAtEnd = 0
+		default:
+			out.SucceededAtEnd++
+		}
+		if out.Settled > 0 {
+			tail++
+			if a.err != nil {
+				if blind {
+					out.FailedViaDown++
+				} else {
+					out.FailedAfterSettled++
+				}
+				out.Failures = append(out.Failures, c.failure(ctx, exp, out.LastFailure, a))
+			}
+		}
+		return out.Attempts >= o.Attempts && tail >= outageTail && out.SucceededAtEnd >= outageTail, nil
+	})
+	out.Window = time.Since(start)
+	if err != nil && !wait.Interrupted(err) {
+		return out, err
+	}
+	if r == nil {
+		if out.NewHolder, err = c.WaitForLeaseHolder(ctx, exp, ""); err != nil {
+			return out, err
+		}
+	}
+	switchedOn = true
+	if err := down.SwitchAPIServer(true); err != nil {
+		return out, err
+	}
+	start, tail = time.Now(), 0
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		ready, err := c.endpointReady(ctx, exp, down)
+		if err != nil {
+			ready = out.Back > 0
+		}
+		if ready && out.Back == 0 {
+			out.Back = time.Since(start)
+		}
+		out.BackAttempts++
+		a := c.outageAttempt(ctx, r)
+		switch {
+		case a.err == nil:
+		case out.Back == 0 && a.bgp && a.hop == down.Address():
+			// The blind agent still sends its share to its own kube-apiserver, which fails until that serves again.
+			out.BackFailedViaDown++
+		default:
+			out.BackFailed++
+			out.BackFailures = append(out.BackFailures, c.failure(ctx, exp, time.Since(start), a))
+		}
+		if out.Back > 0 {
+			tail++
+		}
+		return tail >= outageTail, nil
+	})
+	return out, err
+}
+
+// clientNeighbour is the client's neighbour entry for the VIP, with the name of the node whose MAC it holds: where the
+// client's packets to the VIP go.
+func (c *Cluster) clientNeighbour() string {
+	out, err := exec.Command("ip", "-n", c.Client.Name(), "neigh", "show", "to", fixtures.ExposureVIP).Output()
+	if err != nil {
+		return fmt.Sprintf("unreadable: %v", err)
+	}
+	entry := strings.TrimSpace(string(out))
+	for _, n := range c.Nodes() {
+		if mac, err := n.MAC(); err == nil && strings.Contains(entry, mac) {
+			return entry + " (" + n.Name + ")"
+		}
+	}
+	return entry
+}
+
+// AgentViews says, for every control-plane node, which backends its agent load-balances the VIP to and which
+// kube-apiservers it is connected to.
+func (c *Cluster) AgentViews(ctx context.Context) string {
+	var views []string
+	for _, n := range c.Nodes() {
+		if n.ControlPlane {
+			views = append(views, n.Name+": "+c.backendsAt(ctx, n.Name))
+		}
+	}
+	return strings.Join(views, "; ")
+}
+
+// backendsAt says which backends node's agent load-balances the VIP's port 443 to, and which kube-apiservers it is
+// connected to.
+func (c *Cluster) backendsAt(ctx context.Context, node string) string {
+	n, ok := c.nodes[node]
+	if !ok {
+		return "unknown (no node " + node + ")"
+	}
+	backends, err := n.Backends(ctx, fixtures.ExposureVIP, 443)
+	if err != nil {
+		return fmt.Sprintf("unknown (%v)", err)
+	}
+	peers, err := n.APIServerPeers()
+	if err != nil {
+		return fmt.Sprintf("%v, agent's kube-apiservers unknown (%v)", backends, err)
+	}
+	return fmt.Sprintf("%v, agent connected to %v", backends, peers)
+}
+
+// servingInARow is how many requests in a row through the VIP must succeed before it counts as serving.
+const servingInARow = 5
+
+// WaitUntilServing waits until only the lease holder answers ARP for the VIP and servingInARow new requests in a row
+// succeed through it, and returns the holder. An agent reports ready and takes the lease before its programs are
+// attached to the node's device (they are compiled first, for seconds when agents start together): until then the
+// VIP goes unanswered.
+func (c *Cluster) WaitUntilServing(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) (string, error) {
+	holder, _, err := c.settledHolder(ctx, exp)
+	if err != nil {
+		return "", err
+	}
+	inARow := 0
+	var last error
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		if last = c.attempt(ctx); last != nil {
+			inARow = 0
+		} else {
+			inARow++
+		}
+		return inARow >= servingInARow, nil
+	}); err != nil {
+		return "", fmt.Errorf("the VIP does not serve %d requests in a row: %v: %w", servingInARow, last, err)
+	}
+	return holder.Name, nil
+}
+
+// attempt is one new request through the VIP.
+func (c *Cluster) attempt(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err := c.ReadyzThroughVIP(ctx)
+	return err
+}
+
+// published says, by node, whether the exposure's EndpointSlices publish its endpoint as ready.
+func (c *Cluster) published(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) (map[string]bool, error) {
+	list := &discoveryv1.EndpointSliceList{}
+	if err := c.env.Client.List(ctx, list, client.InNamespace(exp.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: resources.ServiceName(exp.Name)}); err != nil {
+		return nil, err
+	}
+	ready := map[string]bool{}
+	for _, s := range list.Items {
+		for _, e := range s.Endpoints {
+			ready[ptr.Deref(e.NodeName, "?")] = ptr.Deref(e.Conditions.Ready, true)
+		}
+	}
+	return ready, nil
+}
+
+// publishedEndpoints says which endpoints the exposure's EndpointSlices publish as ready, as node:ready pairs.
+func (c *Cluster) publishedEndpoints(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) string {
+	ready, err := c.published(ctx, exp)
+	if err != nil {
+		return fmt.Sprintf("unknown (%v)", err)
+	}
+	var pairs []string
+	for _, node := range slices.Sorted(maps.Keys(ready)) {
+		pairs = append(pairs, fmt.Sprintf("%s:%t", node, ready[node]))
+	}
+	return fmt.Sprint(pairs)
+}
+
+// endpointReady says whether the exposure's EndpointSlices publish node's endpoint as ready.
+func (c *Cluster) endpointReady(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, n *Node) (bool, error) {
+	published, err := c.published(ctx, exp)
+	if err != nil {
+		return false, err
+	}
+	ready, ok := published[n.Name]
+	if !ok {
+		return false, fmt.Errorf("the exposure publishes no endpoint of %s", n.Name)
+	}
+	return ready, nil
+}

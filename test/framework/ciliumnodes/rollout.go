@@ -1,0 +1,369 @@
+package ciliumnodes
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumchart"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
+)
+
+// Rollout is what a rolling update of the agents did to the VIP. Times count from the update of the DaemonSet.
+type Rollout struct {
+	// Took is when every node ran an agent from a new pod, Ready.
+	Took time.Duration
+	// Holders are the lease holders in the order they held it ("" while nobody held it).
+	Holders []Held
+	// Answerers are the nodes (or MAC addresses) that answered ARP for the VIP; ARPSilence is the longest time in
+	// which nobody answered, from ARPSilenceFrom on.
+	Answerers                  []string
+	ARPSilence, ARPSilenceFrom time.Duration
+	// Attempts and Failed count the new HTTPS requests through the VIP, one every httpsInterval; Failures say when and
+	// how they failed.
+	Attempts, Failed int
+	Failures         []string
+	// Established counts the connections through the VIP opened before the update, each sending a request every
+	// establishedInterval on its own TCP connection; Broken says when and how each that did not survive broke.
+	Established int
+	Broken      []string
+	// HandedOver are the extension's HandedOver events meanwhile: released leases it took for a settled agent's node.
+	HandedOver []string
+	// Routes are the router's next hops to the VIP, each time they changed (under BGP).
+	Routes []Route
+}
+
+// Route says that the router's route to the VIP went via Hops from At on.
+type Route struct {
+	Hops []string
+	At   time.Duration
+}
+
+func (r Route) String() string { return fmt.Sprintf("%v after %s", r.Hops, r.At) }
+
+// Withdrawals counts how often a next hop left the router's route to the VIP.
+func (r Rollout) Withdrawals() int {
+	n := 0
+	for i := 1; i < len(r.Routes); i++ {
+		for _, hop := range r.Routes[i-1].Hops {
+			if !slices.Contains(r.Routes[i].Hops, hop) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// Moves counts how often the lease went from one node to another.
+func (r Rollout) Moves() int {
+	moves, last := 0, ""
+	for _, h := range r.Holders {
+		if h.Node != "" {
+			if last != "" && h.Node != last {
+				moves++
+			}
+			last = h.Node
+		}
+	}
+	return moves
+}
+
+// Held says that Node held the lease from At on.
+type Held struct {
+	Node string
+	At   time.Duration
+}
+
+func (h Held) String() string { return fmt.Sprintf("%q after %s", h.Node, h.At) }
+
+// establishedInterval is how often an established connection through the VIP sends a request.
+const establishedInterval = 200 * time.Millisecond
+
+// RollOut waits until the VIP serves, opens established connections through it, and updates the pod template of
+// Gardener's agent DaemonSet as `kubectl rollout restart` does. Kubernetes' DaemonSet controller then replaces the
+// pods by the chart's update strategy (maxUnavailable 2), and the nodes' kubelets stop the old agents with the pods'
+// grace period and start the new ones (the nodes keep their datapath across the restart, hostFS). It returns once every
+// node runs a new pod's agent, Ready, and the VIP serves again, with what the VIP did meanwhile. With a router (the
+// exposure announcing over BGP), the connections come from the client behind it, and the router's route to the VIP is
+// watched instead of the L2 lease and ARP.
+func (c *Cluster) RollOut(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, established int, router *Router) (Rollout, error) {
+	var r Rollout
+	c.mu.Lock()
+	inst := c.installed[GardenerChart]
+	running := c.running != nil && c.running.Chart == GardenerChart
+	c.mu.Unlock()
+	if inst == nil || !running {
+		return r, fmt.Errorf("a rollout needs Gardener's chart running")
+	}
+	serving := func() error {
+		if router == nil {
+			_, err := c.WaitUntilServing(ctx, exp)
+			return err
+		}
+		if err := router.WaitForEveryNextHop(ctx); err != nil {
+			return err
+		}
+		_, _, err := c.ServedViaEveryNode(ctx, router)
+		return err
+	}
+	if err := serving(); err != nil {
+		return r, err
+	}
+	old := map[types.UID]bool{}
+	for _, n := range c.Nodes() {
+		pod, err := c.RunningPod(ctx, n.Name, time.Minute)
+		if err != nil {
+			return r, err
+		}
+		old[pod.UID] = true
+		c.disturb(n.Name)
+	}
+	events, err := c.handoverEvents(ctx, exp)
+	if err != nil {
+		return r, err
+	}
+	tlsConfig, err := c.vipTLSConfig()
+	if err != nil {
+		return r, err
+	}
+	// newConn is how one new connection through the VIP is dialled, and, once it was, where the router sent it.
+	newConn := func() (func(context.Context, string, string) (net.Conn, error), func(context.Context) string) {
+		if router == nil {
+			return c.Client.DialContext, func(context.Context) string { return "" }
+		}
+		sport := router.NextSourcePort()
+		return router.dialer(sport), func(ctx context.Context) string { return router.Hop(ctx, sport) }
+	}
+	var conns []*tls.Conn
+	var via []string
+	defer func() {
+		for _, conn := range conns {
+			conn.Close()
+		}
+	}()
+	for range established {
+		dial, hop := newConn()
+		conn, err := dialVIP(ctx, dial, tlsConfig)
+		if err != nil {
+			return r, fmt.Errorf("opening a connection through the VIP: %w", err)
+		}
+		conns, via = append(conns, conn), append(via, hop(ctx))
+	}
+	r.Established = len(conns)
+
+	observe, stop := context.WithCancel(ctx)
+	defer stop()
+	var observers sync.WaitGroup
+	var mu sync.Mutex
+	start := time.Now()
+	since := func() time.Duration { return time.Since(start).Round(50 * time.Millisecond) }
+	record := func(f func()) {
+		mu.Lock()
+		defer mu.Unlock()
+		f()
+	}
+	for i, conn := range conns {
+		observers.Go(func() {
+			if err := keepRequesting(observe, conn); err != nil && observe.Err() == nil {
+				record(func() {
+					r.Broken = append(r.Broken, fmt.Sprintf("connection %d%s after %s: %v", i, viaNode(via[i]), since(), err))
+				})
+			}
+		})
+	}
+	if router == nil {
+		c.observeL2(observe, &observers, exp, start, record, &r)
+	} else {
+		observers.Go(func() {
+			var last []string
+			for observe.Err() == nil {
+				if hops, err := router.NextHops(fixtures.ExposureVIP); err == nil && (r.Routes == nil || !slices.Equal(hops, last)) {
+					last = hops
+					record(func() { r.Routes = append(r.Routes, Route{hops, since()}) })
+				}
+				select {
+				case <-observe.Done():
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+		})
+	}
+	observers.Go(func() {
+		ticker := time.NewTicker(httpsInterval)
+		defer ticker.Stop()
+		var attempts sync.WaitGroup
+		defer attempts.Wait()
+		for observe.Err() == nil {
+			attempts.Go(func() {
+				attempt, cancel := context.WithTimeout(observe, time.Second)
+				defer cancel()
+				dial, hop := newConn()
+				_, err := c.readyzThroughVIP(attempt, dial)
+				via := hop(observe)
+				if observe.Err() != nil {
+					return
+				}
+				record(func() {
+					r.Attempts++
+					if err != nil {
+						r.Failed++
+						r.Failures = append(r.Failures, fmt.Sprintf("%s%s: %v", since(), viaNode(via), err))
+					}
+				})
+			})
+			select {
+			case <-observe.Done():
+			case <-ticker.C:
+			}
+		}
+	})
+
+	ds := &appsv1.DaemonSet{}
+	if err := c.env.Client.Get(ctx, client.ObjectKeyFromObject(inst.agent), ds); err != nil {
+		return r, err
+	}
+	patch := client.MergeFrom(ds.DeepCopy())
+	metav1.SetMetaDataAnnotation(&ds.Spec.Template.ObjectMeta, "kubectl.kubernetes.io/restartedAt", start.Format(time.RFC3339))
+	if err := c.env.Client.Patch(ctx, ds, patch); err != nil {
+		return r, fmt.Errorf("updating the agent DaemonSet: %w", err)
+	}
+	waitErr := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		for _, n := range c.Nodes() {
+			pod, running := c.runningPod(ctx, n)
+			if !running || old[pod.UID] {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	r.Took = time.Since(start)
+	if waitErr == nil {
+		waitErr = serving()
+	}
+	stop()
+	observers.Wait()
+	r.Answerers = c.Answerers(r.Answerers)
+	if waitErr != nil {
+		return r, fmt.Errorf("the rollout did not complete: %w", waitErr)
+	}
+	now, err := c.handoverEvents(ctx, exp)
+	for name, e := range now {
+		if b, ok := events[name]; !ok || b.Count != e.Count {
+			r.HandedOver = append(r.HandedOver, e.Message)
+		}
+	}
+	return r, err
+}
+
+// viaNode is " via <hop>" for a connection the router sent to hop, "" for one that went no router's way.
+func viaNode(hop string) string {
+	if hop == "" {
+		return ""
+	}
+	return " via " + hop
+}
+
+// observeL2 records, until ctx ends, who holds the exposure's L2 lease and who answers ARP for the VIP into r.
+func (c *Cluster) observeL2(ctx context.Context, observers *sync.WaitGroup, exp *extensionsv1alpha1.SelfHostedShootExposure, start time.Time, record func(func()), r *Rollout) {
+	since := func() time.Duration { return time.Since(start).Round(50 * time.Millisecond) }
+	observers.Go(func() {
+		last := time.Now()
+		_ = arpAnswers(ctx, c.Client, fixtures.ExposureVIP, func(mac string, at time.Time) bool {
+			record(func() {
+				if silence := at.Sub(last); silence > r.ARPSilence {
+					r.ARPSilence, r.ARPSilenceFrom = silence, last.Sub(start).Round(50*time.Millisecond)
+				}
+				if !slices.Contains(r.Answerers, mac) {
+					r.Answerers = append(r.Answerers, mac)
+				}
+			})
+			last = at
+			return false
+		})
+	})
+	observers.Go(func() {
+		holder := "-"
+		for ctx.Err() == nil {
+			if now, err := c.LeaseHolder(ctx, exp); err == nil && now != holder {
+				holder = now
+				record(func() { r.Holders = append(r.Holders, Held{now, since()}) })
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	})
+}
+
+// vipTLSConfig is how the client verifies kube-apiserver through the VIP: under the shoot's external API name, with
+// the test's admin credentials.
+func (c *Cluster) vipTLSConfig() (*tls.Config, error) {
+	tlsConfig, err := rest.TLSConfigFor(c.env.Config)
+	if err != nil {
+		return nil, err
+	}
+	tlsConfig.ServerName = ciliumchart.ExternalHost
+	tlsConfig.NextProtos = []string{"http/1.1"}
+	return tlsConfig, nil
+}
+
+// dialVIP opens a TLS connection to the VIP over dial.
+func dialVIP(ctx context.Context, dial func(context.Context, string, string) (net.Conn, error), tlsConfig *tls.Config) (*tls.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	raw, err := dial(ctx, "tcp", fixtures.ExposureVIP+":443")
+	if err != nil {
+		return nil, err
+	}
+	conn := tls.Client(raw, tlsConfig)
+	if err := conn.HandshakeContext(ctx); err != nil {
+		raw.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+// keepRequesting sends GET /readyz on conn every establishedInterval until ctx ends, each request with two seconds for
+// its response, and returns the first error: the connection did not survive.
+func keepRequesting(ctx context.Context, conn *tls.Conn) error {
+	reader := bufio.NewReader(conn)
+	for ctx.Err() == nil {
+		_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+		if _, err := fmt.Fprintf(conn, "GET /readyz HTTP/1.1\r\nHost: %s\r\n\r\n", ciliumchart.ExternalHost); err != nil {
+			return err
+		}
+		resp, err := http.ReadResponse(reader, nil)
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET /readyz: %s", resp.Status)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(establishedInterval):
+		}
+	}
+	return nil
+}

@@ -1,0 +1,122 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/repo"
+)
+
+// Process is a program of the test running as a process with its output in a log file: the extension as it runs in
+// production, or Cilium's operator.
+type Process struct {
+	cmd     *exec.Cmd
+	logPath string
+	// done is closed when the process has ended, with its result in err: any number of waiters see it.
+	done chan struct{}
+	err  error
+}
+
+// StartProcess starts binary with args, writing its output to logPath.
+func StartProcess(logPath, binary string, args ...string) (*Process, error) {
+	return StartCommand(logPath, exec.Command(binary, args...))
+}
+
+// StartCommand starts cmd, writing its output to logPath.
+func StartCommand(logPath string, cmd *exec.Cmd) (*Process, error) {
+	p := &Process{logPath: logPath, done: make(chan struct{})}
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
+		return nil, err
+	}
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	p.cmd = cmd
+	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+	if err := p.cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("starting %s: %w", filepath.Base(cmd.Path), err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		logFile.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// BuildExtension builds the extension binary into dir and returns its path. The Go build cache makes this quick
+// after the first time.
+func BuildExtension(dir string) (string, error) {
+	root, err := repo.Root()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "gardener-extension-cilium-selfhosted")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/gardener-extension-cilium-selfhosted")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building the extension: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// StartExtension starts the extension binary with args; its output goes to a log file in the scratch directory.
+func (e *Env) StartExtension(binary string, args []string) (*Process, error) {
+	return StartProcess(filepath.Join(e.Dir, "extension.log"), binary, args...)
+}
+
+// Stopped is closed when the process has ended.
+func (p *Process) Stopped() <-chan struct{} { return p.done }
+
+// Pid is the process's ID.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Err is how the process ended, once Stopped is closed.
+func (p *Process) Err() error { return p.err }
+
+// LogPath is where the process writes its log.
+func (p *Process) LogPath() string { return p.logPath }
+
+// Log is what the process has logged so far.
+func (p *Process) Log() string {
+	b, _ := os.ReadFile(p.logPath)
+	return string(b)
+}
+
+// LogTail is the last n lines of what the process has logged.
+func (p *Process) LogTail(n int) string { return fileTail(p.logPath, n) }
+
+// fileTail is the last n lines of the file at path.
+func fileTail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(string(b), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// Kill ends the process at once and waits for it.
+func (p *Process) Kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// Stop ends the process the way the kubelet does: SIGTERM, then SIGKILL after a grace period.
+func (p *Process) Stop(ctx context.Context) {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	case <-ctx.Done():
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
