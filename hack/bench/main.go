@@ -18,6 +18,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumfake"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumoperator"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
@@ -200,7 +201,7 @@ func inCluster(r *report, f *fixture) error {
 	// real agents).
 	announcing, stopAnnouncing := context.WithCancel(ctx)
 	defer stopAnnouncing()
-	go env.FakeAnnouncer(announcing, "cp-0")
+	go ciliumfake.Announcer(announcing, env.Client, "cp-0")
 	fmt.Println("==> 4. exposure convergence with the real cilium-operator")
 	// The logs outlive the control plane's scratch directory, so that a slow figure can be explained afterwards (the
 	// extension logs how long applying and LB-IPAM took, kube-apiserver traces requests slower than 500 ms, etcd logs compactions).

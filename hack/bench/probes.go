@@ -19,6 +19,7 @@ import (
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/health"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumchart"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumfake"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/podrun"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
@@ -48,8 +49,8 @@ func endpointProbes(r *report, flips int) error {
 	defer stopShoot()
 	fakes, stopFakes := context.WithCancel(ctx)
 	defer stopFakes()
-	go env.FakeLBIPAM(fakes)
-	go env.FakeAnnouncer(fakes, "cp-0")
+	go ciliumfake.LBIPAM(fakes, env.Client)
+	go ciliumfake.Announcer(fakes, env.Client, "cp-0")
 	if err := ciliumchart.CreateGardenerConfig(ctx, env.Client); err != nil {
 		return err
 	}

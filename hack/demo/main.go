@@ -30,6 +30,7 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumchart"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumfake"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumoperator"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/podrun"
@@ -106,7 +107,7 @@ func run(extension, chart string, keep bool) error {
 	}
 	defer d.operator.Stop(context.Background())
 	announcing, stopAnnouncing := context.WithCancel(ctx)
-	go env.FakeAnnouncer(announcing, "cp-0")
+	go ciliumfake.Announcer(announcing, env.Client, "cp-0")
 	p, err = d.exposure(ctx)
 	stopAnnouncing()
 	if err != nil {

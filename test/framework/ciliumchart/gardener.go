@@ -9,6 +9,7 @@ import (
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/helm"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/repo"
 )
@@ -60,7 +61,7 @@ func GardenerValues(version string) map[string]any {
 				"cilium-agent":    "europe-docker.pkg.dev/gardener-project/releases/cilium/cilium:v" + version,
 				"cilium-operator": "europe-docker.pkg.dev/gardener-project/releases/cilium/operator:v" + version,
 				"cilium-envoy":    "europe-docker.pkg.dev/gardener-project/releases/cilium/cilium-envoy:v1.35.9",
-				"kube-proxy":      "registry.k8s.io/kube-proxy:v1.36.3",
+				"kube-proxy":      "registry.k8s.io/kube-proxy:v" + fixtures.KubernetesVersion,
 			},
 		},
 	}

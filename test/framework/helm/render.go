@@ -24,10 +24,21 @@ import (
 	"github.com/gardener/gardener/pkg/chartrenderer"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/charts"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
 )
 
 // kubeVersion is what the charts are rendered for: the envtest kube-apiserver's version.
-var kubeVersion = common.KubeVersion{Version: "v1.36.3", Major: "1", Minor: "36"}
+var kubeVersion = func() common.KubeVersion {
+	major, rest, _ := strings.Cut(fixtures.KubernetesVersion, ".")
+	minor, _, _ := strings.Cut(rest, ".")
+	return common.KubeVersion{Version: "v" + fixtures.KubernetesVersion, Major: major, Minor: minor}
+}()
+
+// GardenerRenderer is Gardener's chart renderer (pkg/chartrenderer, the one gardenlet and extensions render their
+// charts with) for kubeVersion.
+func GardenerRenderer() chartrenderer.Interface {
+	return chartrenderer.NewWithServerVersion(&version.Info{GitVersion: kubeVersion.Version, Major: kubeVersion.Major, Minor: kubeVersion.Minor})
+}
 
 // LoadDir loads a chart from a directory.
 func LoadDir(dir string) (*chartv2.Chart, error) {
@@ -90,8 +101,7 @@ func RenderAsGardener(dir, name, namespace string, values map[string]any, scheme
 	if err != nil {
 		return nil, nil, err
 	}
-	renderer := chartrenderer.NewWithServerVersion(&version.Info{GitVersion: kubeVersion.Version, Major: kubeVersion.Major, Minor: kubeVersion.Minor})
-	release, err := renderer.RenderArchive(archive, name, namespace, values)
+	release, err := GardenerRenderer().RenderArchive(archive, name, namespace, values)
 	if err != nil {
 		return nil, nil, err
 	}

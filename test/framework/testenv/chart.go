@@ -4,16 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	authorizationv1 "k8s.io/api/authorization/v1"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -23,6 +22,7 @@ import (
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/charts"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/helm"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/resourcemanager"
 )
 
@@ -194,8 +194,7 @@ func RenderChart(shoot *gardencorev1beta1.Shoot) (*chartrenderer.RenderedChart, 
 }
 
 func renderChart(values map[string]any) (*chartrenderer.RenderedChart, error) {
-	renderer := chartrenderer.NewWithServerVersion(&version.Info{GitVersion: "v1.36.3", Major: "1", Minor: "36"})
-	return renderer.RenderEmbeddedFS(charts.FS, charts.ChartPath, RegistrationName, ExtensionNamespace, values)
+	return helm.GardenerRenderer().RenderEmbeddedFS(charts.FS, charts.ChartPath, RegistrationName, ExtensionNamespace, values)
 }
 
 // CreateSystemPriorityClass creates the priority class of the extension's pods, as Gardener's seed system component

@@ -52,18 +52,6 @@ func Use(env **Env) Setup {
 	}
 }
 
-// UseWithFakeLBIPAM keeps the environment and plays Cilium's LB-IPAM (FakeLBIPAM) and the agent of cp-0 as the VIP's
-// announcer (FakeAnnouncer) in it until the suite ends.
-func UseWithFakeLBIPAM(env **Env) Setup {
-	return func(ctx context.Context, e *Env) (func(), error) {
-		*env = e
-		ctx, cancel := context.WithCancel(ctx)
-		go e.FakeLBIPAM(ctx)
-		go e.FakeAnnouncer(ctx, "cp-0")
-		return cancel, nil
-	}
-}
-
 func runSuite(m *testing.M, shoot *gardencorev1beta1.Shoot, opts Options, setup Setup) (int, error) {
 	env, err := Start(opts)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumfake"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
 )
@@ -15,5 +16,5 @@ var env *testenv.Env
 
 func TestMain(m *testing.M) {
 	shoot := fixtures.WithExposureConfig(fixtures.Shoot(true), fixtures.ExposureConfigL2)
-	os.Exit(testenv.RunSuite(m, shoot, testenv.Options{WithoutCiliumCRDs: true}, testenv.UseWithFakeLBIPAM(&env)))
+	os.Exit(testenv.RunSuite(m, shoot, testenv.Options{WithoutCiliumCRDs: true}, ciliumfake.Use(&env)))
 }

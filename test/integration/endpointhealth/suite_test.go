@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumchart"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumfake"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/podrun"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
@@ -45,7 +46,7 @@ func TestMain(m *testing.M) {
 }
 
 func setup(ctx context.Context, e *testenv.Env) (func(), error) {
-	stopFakes, err := testenv.UseWithFakeLBIPAM(&env)(ctx, e)
+	stopFakes, err := ciliumfake.Use(&env)(ctx, e)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumchart"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumfake"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
 )
@@ -15,7 +16,7 @@ var env *testenv.Env
 
 func TestMain(m *testing.M) {
 	shoot := fixtures.WithExposureConfig(fixtures.Shoot(true), fixtures.ExposureConfigL2)
-	os.Exit(testenv.RunSuite(m, shoot, testenv.Options{Prerequisites: []testenv.Prerequisite{ciliumchart.GardenerChart}}, testenv.UseWithFakeLBIPAM(&env)))
+	os.Exit(testenv.RunSuite(m, shoot, testenv.Options{Prerequisites: []testenv.Prerequisite{ciliumchart.GardenerChart}}, ciliumfake.Use(&env)))
 }
 
 // ciliumVersion is the chart whose cilium-config the suite installs.

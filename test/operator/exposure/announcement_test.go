@@ -24,6 +24,7 @@ import (
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumfake"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
 )
 
@@ -35,7 +36,7 @@ func holdLease(t *testing.T, serviceName, node string) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	name := cilium.L2AnnouncementLeaseName(cilium.Namespace, serviceName)
 	renew := func(ctx context.Context) (bool, error) {
-		if err := env.HoldL2Lease(ctx, name, node); err != nil {
+		if err := ciliumfake.HoldL2Lease(ctx, env.Client, name, node); err != nil {
 			t.Logf("renewing lease %s: %v", name, err)
 		}
 		return false, nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumbin"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumchart"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumfake"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumoperator"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
@@ -60,6 +61,6 @@ func setup(ctx context.Context, e *testenv.Env) (func(), error) {
 	// No agents run here: cp-0's is played as the VIP's announcer, except for the exposure that shows what happens
 	// without one.
 	ctx, cancel := context.WithCancel(ctx)
-	go env.FakeAnnouncer(ctx, "cp-0", unannounced)
+	go ciliumfake.Announcer(ctx, env.Client, "cp-0", unannounced)
 	return func() { cancel(); operator.Stop(context.Background()) }, nil
 }

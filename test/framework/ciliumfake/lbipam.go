@@ -1,4 +1,8 @@
-package testenv
+// Package ciliumfake holds the test doubles of Cilium's components for the suites that run without them: LBIPAM
+// stands for cilium-operator (LB-IPAM and the BGP control plane's node configs), Announcer for one node's cilium-agent
+// as an L2 announcer or BGP speaker. test/integration and the demo's and bench's envtest parts use both; test/operator
+// runs the real operator and uses only Announcer; test/agents runs the real operator and agents and uses neither.
+package ciliumfake
 
 import (
 	"context"
@@ -15,30 +19,32 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
 )
 
-// FakeLBIPAM plays Cilium's operator until ctx ends, as far as the exposure needs it. LB-IPAM: a Service of a Cilium
+// LBIPAM plays Cilium's operator against c until ctx ends, as far as the exposure needs it. LB-IPAM: a Service of a Cilium
 // loadBalancerClass without ingress gets the IPs it pins (lbipam.cilium.io/ips), else the first address of each of its
 // families from the first pool that selects it, written to its status. The BGP control plane: each CiliumBGPClusterConfig
 // of an exposure gets a CiliumBGPNodeConfig on cp-0. The real operator runs in test/operator.
-func (e *Env) FakeLBIPAM(ctx context.Context) {
+func LBIPAM(ctx context.Context, c client.Client) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(100 * time.Millisecond):
 		}
-		_ = e.assignVIPs(ctx)
-		_ = e.deriveBGPNodeConfig(ctx, "cp-0")
+		_ = assignVIPs(ctx, c)
+		_ = deriveBGPNodeConfig(ctx, c, "cp-0")
 	}
 }
 
 // deriveBGPNodeConfig creates node's CiliumBGPNodeConfig with the instances of the exposures' cluster configs.
-func (e *Env) deriveBGPNodeConfig(ctx context.Context, node string) error {
+func deriveBGPNodeConfig(ctx context.Context, c client.Client, node string) error {
 	configs := &ciliumv2.CiliumBGPClusterConfigList{}
-	if err := e.Client.List(ctx, configs); err != nil || len(configs.Items) == 0 {
+	if err := c.List(ctx, configs); err != nil || len(configs.Items) == 0 {
 		return err
 	}
 	nc := &ciliumv2.CiliumBGPNodeConfig{ObjectMeta: metav1.ObjectMeta{Name: node}}
@@ -47,19 +53,19 @@ func (e *Env) deriveBGPNodeConfig(ctx context.Context, node string) error {
 			nc.Spec.BGPInstances = append(nc.Spec.BGPInstances, ciliumv2.CiliumBGPNodeInstance{Name: instance.Name, LocalASN: instance.LocalASN})
 		}
 	}
-	if err := e.Client.Create(ctx, nc); !apierrors.IsAlreadyExists(err) {
+	if err := c.Create(ctx, nc); !apierrors.IsAlreadyExists(err) {
 		return err
 	}
 	return nil
 }
 
-func (e *Env) assignVIPs(ctx context.Context) error {
+func assignVIPs(ctx context.Context, c client.Client) error {
 	services := &corev1.ServiceList{}
-	if err := e.Client.List(ctx, services); err != nil {
+	if err := c.List(ctx, services); err != nil {
 		return err
 	}
 	pools := &ciliumv2.CiliumLoadBalancerIPPoolList{}
-	if err := e.Client.List(ctx, pools); err != nil {
+	if err := c.List(ctx, pools); err != nil {
 		return err
 	}
 	for i := range services.Items {
@@ -80,7 +86,7 @@ func (e *Env) assignVIPs(ctx context.Context) error {
 		for _, ip := range ips {
 			svc.Status.LoadBalancer.Ingress = append(svc.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip})
 		}
-		_ = e.Client.Status().Update(ctx, svc)
+		_ = c.Status().Update(ctx, svc)
 	}
 	return nil
 }
@@ -125,4 +131,16 @@ func requestedOrFirstIPs(svc *corev1.Service, pools []ciliumv2.CiliumLoadBalance
 		return ips
 	}
 	return nil
+}
+
+// Use is a testenv.Setup that keeps the environment and plays, in it until the suite ends, Cilium's LB-IPAM (LBIPAM) and
+// the agent of cp-0 as the VIP's announcer (Announcer).
+func Use(env **testenv.Env) testenv.Setup {
+	return func(ctx context.Context, e *testenv.Env) (func(), error) {
+		*env = e
+		ctx, cancel := context.WithCancel(ctx)
+		go LBIPAM(ctx, e.Client)
+		go Announcer(ctx, e.Client, "cp-0")
+		return cancel, nil
+	}
 }

@@ -1,4 +1,4 @@
-package testenv
+package ciliumfake
 
 import (
 	"context"
@@ -18,27 +18,27 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
 )
 
-// FakeAnnouncer plays the Cilium agent of node as the announcer of every Service of a Cilium loadBalancerClass that
+// Announcer plays the Cilium agent of node, against c, as the announcer of every Service of a Cilium loadBalancerClass that
 // has an address, except those of the exposures named in except, until ctx ends: for L2 it takes and renews the Service's announcement lease as Cilium's L2 announcer
 // does (pkg/l2announcer, client-go leader election), for BGP it reports an established session that advertises
 // routes in the node's CiliumBGPNodeConfig, as the BGP control plane does. Real agents announce in test/agents/datapath.
-func (e *Env) FakeAnnouncer(ctx context.Context, node string, except ...string) {
+func Announcer(ctx context.Context, c client.Client, node string, except ...string) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(100 * time.Millisecond):
 		}
-		_ = e.announce(ctx, node, except)
+		_ = announce(ctx, c, node, except)
 	}
 }
 
 // leaseDuration is the duration the fake announcer writes; it renews far more often.
 const leaseDuration = 15
 
-func (e *Env) announce(ctx context.Context, node string, except []string) error {
+func announce(ctx context.Context, c client.Client, node string, except []string) error {
 	services := &corev1.ServiceList{}
-	if err := e.Client.List(ctx, services); err != nil {
+	if err := c.List(ctx, services); err != nil {
 		return err
 	}
 	for _, svc := range services.Items {
@@ -47,11 +47,11 @@ func (e *Env) announce(ctx context.Context, node string, except []string) error 
 		}
 		switch *svc.Spec.LoadBalancerClass {
 		case ciliumv2alpha1.L2AnnounceLoadBalancerClass:
-			if err := e.HoldL2Lease(ctx, cilium.L2AnnouncementLeaseName(svc.Namespace, svc.Name), node); err != nil {
+			if err := HoldL2Lease(ctx, c, cilium.L2AnnouncementLeaseName(svc.Namespace, svc.Name), node); err != nil {
 				return err
 			}
 		case ciliumv2.BGPLoadBalancerClass:
-			if err := e.reportBGPSession(ctx, node); err != nil {
+			if err := reportBGPSession(ctx, c, node); err != nil {
 				return err
 			}
 		}
@@ -59,11 +59,11 @@ func (e *Env) announce(ctx context.Context, node string, except []string) error 
 	return nil
 }
 
-// HoldL2Lease takes the L2 announcement lease name in Cilium's namespace for node, as its agent would, or renews it if
+// HoldL2Lease takes, in c, the L2 announcement lease name in Cilium's namespace for node, as its agent would, or renews it if
 // the last renewal is a second old or more.
-func (e *Env) HoldL2Lease(ctx context.Context, name, node string) error {
+func HoldL2Lease(ctx context.Context, c client.Client, name, node string) error {
 	lease := &coordinationv1.Lease{}
-	err := e.Client.Get(ctx, client.ObjectKey{Namespace: cilium.Namespace, Name: name}, lease)
+	err := c.Get(ctx, client.ObjectKey{Namespace: cilium.Namespace, Name: name}, lease)
 	now := metav1.NewMicroTime(time.Now())
 	if apierrors.IsNotFound(err) {
 		lease = &coordinationv1.Lease{
@@ -72,7 +72,7 @@ func (e *Env) HoldL2Lease(ctx context.Context, name, node string) error {
 				HolderIdentity: ptr.To(node), LeaseDurationSeconds: ptr.To[int32](leaseDuration), AcquireTime: &now, RenewTime: &now,
 			},
 		}
-		return e.Client.Create(ctx, lease)
+		return c.Create(ctx, lease)
 	}
 	if err != nil {
 		return err
@@ -81,14 +81,14 @@ func (e *Env) HoldL2Lease(ctx context.Context, name, node string) error {
 		return nil
 	}
 	lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds, lease.Spec.RenewTime = ptr.To(node), ptr.To[int32](leaseDuration), &now
-	return e.Client.Update(ctx, lease)
+	return c.Update(ctx, lease)
 }
 
 // reportBGPSession reports, in node's CiliumBGPNodeConfig (which the operator derives from the cluster config), an
 // established session that advertises a route.
-func (e *Env) reportBGPSession(ctx context.Context, node string) error {
+func reportBGPSession(ctx context.Context, c client.Client, node string) error {
 	nc := &ciliumv2.CiliumBGPNodeConfig{}
-	if err := e.Client.Get(ctx, client.ObjectKey{Name: node}, nc); err != nil || len(nc.Status.BGPInstances) > 0 {
+	if err := c.Get(ctx, client.ObjectKey{Name: node}, nc); err != nil || len(nc.Status.BGPInstances) > 0 {
 		return client.IgnoreNotFound(err)
 	}
 	instance := resources.BGPInstanceName
@@ -102,5 +102,5 @@ func (e *Env) reportBGPSession(ctx context.Context, node string) error {
 			RouteCount: []ciliumv2.BGPFamilyRouteCount{{Afi: "ipv4", Safi: "unicast", Advertised: ptr.To[int32](1)}},
 		}},
 	}}
-	return e.Client.Status().Update(ctx, nc)
+	return c.Status().Update(ctx, nc)
 }
