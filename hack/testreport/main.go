@@ -8,9 +8,11 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"slices"
@@ -24,6 +26,8 @@ type event struct {
 	ImportPath string
 	Test       string
 	Output     string
+	// Elapsed is the test's or, without Test, the package's time in seconds, on its end event.
+	Elapsed float64
 }
 
 // cannotRun begins the line a suite prints when a prerequisite is missing (test/framework/testenv.CannotRunPrefix).
@@ -44,10 +48,12 @@ type report struct {
 	running     map[string][]string
 	buildFailed map[string]bool
 	passed      int
+	// elapsed is each package's time, from its end event.
+	elapsed map[string]float64
 }
 
 func newReport() *report {
-	return &report{output: map[string][]string{}, failedTests: map[string]bool{}, running: map[string][]string{}, buildFailed: map[string]bool{}}
+	return &report{output: map[string][]string{}, failedTests: map[string]bool{}, running: map[string][]string{}, buildFailed: map[string]bool{}, elapsed: map[string]float64{}}
 }
 
 func main() {
@@ -66,8 +72,18 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
+	var events io.Reader = stdout
+	if path := os.Getenv("TESTREPORT_JSON"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		defer f.Close()
+		events = io.TeeReader(stdout, f)
+	}
 	r := newReport()
-	r.read(stdout, os.Stdout)
+	r.read(events, os.Stdout)
 	err = cmd.Wait()
 	r.print(os.Stdout)
 	if exit, ok := err.(*exec.ExitError); ok {
@@ -101,6 +117,9 @@ func (r *report) read(in io.Reader, out io.Writer) {
 		}
 		if e.Test != "" && e.Action != "run" && e.Action != "output" && e.Action != "pause" && e.Action != "cont" {
 			r.running[pkg] = slices.DeleteFunc(r.running[pkg], func(k string) bool { return k == key })
+		}
+		if e.Test == "" && (e.Action == "pass" || e.Action == "fail" || e.Action == "skip") && e.Elapsed > 0 {
+			r.elapsed[pkg] = e.Elapsed
 		}
 		switch e.Action {
 		case "run":
@@ -186,7 +205,7 @@ func (r *report) print(out io.Writer) {
 	for _, section := range []struct {
 		title string
 		lines []string
-	}{{"skipped", r.skipped}, {"could not run", r.couldNotRun}, {"failed", r.failed}} {
+	}{{"skipped", r.skipped}, {"could not run", r.couldNotRun}, {"time per package, longest first", r.times()}, {"failed", r.failed}} {
 		if len(section.lines) == 0 {
 			continue
 		}
@@ -195,4 +214,17 @@ func (r *report) print(out io.Writer) {
 			fmt.Fprintf(out, "  %s\n", l)
 		}
 	}
+}
+
+// times are the packages that took a second or more, longest first.
+func (r *report) times() []string {
+	pkgs := slices.Collect(maps.Keys(r.elapsed))
+	slices.SortFunc(pkgs, func(a, b string) int { return cmp.Compare(r.elapsed[b], r.elapsed[a]) })
+	var lines []string
+	for _, pkg := range pkgs {
+		if r.elapsed[pkg] >= 1 {
+			lines = append(lines, fmt.Sprintf("%7.1fs  %s", r.elapsed[pkg], pkg))
+		}
+	}
+	return lines
 }

@@ -15,7 +15,7 @@ func TestReport(t *testing.T) {
 		`{"Action":"output","Package":"` + module + `test/a","Test":"TestRoot","Output":"    a_test.go:9: needs root\n"}`,
 		`{"Action":"output","Package":"` + module + `test/a","Test":"TestRoot","Output":"--- SKIP: TestRoot (0.00s)\n"}`,
 		`{"Action":"skip","Package":"` + module + `test/a","Test":"TestRoot"}`,
-		`{"Action":"pass","Package":"` + module + `test/a"}`,
+		`{"Action":"pass","Package":"` + module + `test/a","Elapsed":2.5}`,
 		`{"Action":"output","Package":"` + module + `test/operator/connect","Output":"connect cannot run: hack/networking-cilium/chart.sh: run this\n"}`,
 		`{"Action":"output","Package":"` + module + `test/operator/connect","Output":"FAIL\tgithub.com/x/test/connect\t0.1s\n"}`,
 		`{"Action":"fail","Package":"` + module + `test/operator/connect"}`,
@@ -24,7 +24,7 @@ func TestReport(t *testing.T) {
 		`{"Action":"run","Package":"` + module + `test/b","Test":"TestBad"}`,
 		`{"Action":"output","Package":"` + module + `test/b","Test":"TestBad","Output":"    b_test.go:3: went wrong\n"}`,
 		`{"Action":"fail","Package":"` + module + `test/b","Test":"TestBad"}`,
-		`{"Action":"fail","Package":"` + module + `test/b"}`,
+		`{"Action":"fail","Package":"` + module + `test/b","Elapsed":30}`,
 		`{"ImportPath":"` + module + `test/c [` + module + `test/c.test]","Action":"build-fail"}`,
 		`{"ImportPath":"` + module + `test/c [` + module + `test/c.test]","Action":"build-output","Output":"c.go:1: syntax error\n"}`,
 		`{"Action":"fail","Package":"` + module + `test/c"}`,
@@ -48,6 +48,7 @@ func TestReport(t *testing.T) {
 		"failed:\n  test/b TestBad\n",
 		"# a line that is no event\n",
 		"connect cannot run: hack/networking-cilium/chart.sh: run this\n",
+		"time per package, longest first:\n     30.0s  test/b\n      2.5s  test/a\n",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the report lacks %q:\n%s", want, out.String())
