@@ -69,11 +69,17 @@ func TestMain(m *testing.M) {
 
 func setup(ctx context.Context, e *testenv.Env) (func(), error) {
 	env = e
-	var err error
-	if cluster, err = ciliumnodes.New(ctx, e, prefix, ciliumnodes.Options{ExtensionPods: true}); err != nil {
+	// Every agent copies its BPF sources from the module cache, which the suite sees under /tmp from here on, as on a
+	// CI runner with GOMODCACHE=/tmp/...: the agents' containers hide the machine's /tmp.
+	restoreCache, err := testenv.ModuleCacheUnderTmp(prefix+"-gomodcache", ciliumchart.Module(ciliumchart.GardenerVersion), ciliumchart.Module(newestLine))
+	if err != nil {
 		return nil, err
 	}
-	return cluster.Close, nil
+	if cluster, err = ciliumnodes.New(ctx, e, prefix, ciliumnodes.Options{ExtensionPods: true}); err != nil {
+		restoreCache()
+		return nil, err
+	}
+	return func() { cluster.Close(); restoreCache() }, nil
 }
 
 // showExtensionLogsOnFailure shows the end of every extension pod's log when t fails.

@@ -193,6 +193,9 @@ const (
 	ciliumRunPath  = "/run/cilium"
 )
 
+// bpfSourcesPath is where the agent's container sees the module's BPF sources, to copy them where the image has them.
+const bpfSourcesPath = "/run/cilium-bpf-sources"
+
 // hostFS creates the node's filesystem at dir and mounts its bpffs, which unmountHostFS undoes.
 func hostFS(dir string) (string, error) {
 	for _, d := range []string{hostBPFFS, hostCiliumRun} {
@@ -351,14 +354,16 @@ func (n *Node) startAgent(ctx context.Context, env *testenv.Env, pod *corev1.Pod
 		return err
 	}
 	c.Node, c.ConfigMaps, c.Args, c.Tools, c.Cgroup = n.Name, configMaps, agentFlags, map[string]string{"clang": Clang}, n.cgroup
-	c.HostPaths = map[string]string{bpffsMountPath: filepath.Join(n.host, hostBPFFS), ciliumRunPath: filepath.Join(n.host, hostCiliumRun)}
+	// The module's BPF sources are bound before the container's /tmp and /var/lib are hidden, since the module cache
+	// may lie below either (GOMODCACHE=/tmp/..., as some CI runners set it).
+	c.HostPaths = map[string]string{bpffsMountPath: filepath.Join(n.host, hostBPFFS), ciliumRunPath: filepath.Join(n.host, hostCiliumRun), bpfSourcesPath: filepath.Join(module, "bpf")}
 	c.Setup = []string{
 		// What the image and the chart's init containers give the agent, per node, beside its host paths: the node's
 		// cgroup2 subtree (the cgroup namespace's root) where socket load-balancing attaches, the BPF sources where
 		// the image has them, and kernel-wide sysctls it must not change.
 		"mkdir -p /run/cilium/cgroupv2", "mount -t cgroup2 none /run/cilium/cgroupv2",
 		// The agent writes the kernel's feature headers into its BPF sources.
-		"mkdir -p /var/lib/cilium", "cp -r " + filepath.Join(module, "bpf") + " /var/lib/cilium/", "chmod -R u+w /var/lib/cilium/bpf",
+		"mkdir -p /var/lib/cilium", "cp -r " + bpfSourcesPath + " /var/lib/cilium/bpf", "chmod -R u+w /var/lib/cilium/bpf",
 		"mount --bind /proc/sys/kernel /proc/sys/kernel", "mount -o remount,bind,ro /proc/sys/kernel",
 	}
 	c.Dir, c.LogPath = filepath.Join(dir, "pod"), filepath.Join(dir, "cilium-agent.log")
