@@ -65,6 +65,12 @@ cilium-1.20-binaries:
 test: setup envtest-assets cilium-binaries cilium-1.20-binaries
 	$(TOOLS_ENV) $(TOOLS_ENV_1_20) $(GO) run ./hack/testreport $(GO) test -json $(TEST_FLAGS) ./...
 
+# The tools' environment that make test passes, for running one suite or case alone: eval "$$(make -s print-test-env)"
+# (test/README.md). The tools are built first when missing.
+.PHONY: print-test-env
+print-test-env:
+	@echo 'export $(TOOLS_ENV) $(TOOLS_ENV_1_20)'
+
 .PHONY: lint
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \

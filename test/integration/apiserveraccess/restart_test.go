@@ -9,6 +9,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumchart"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
 )
 
@@ -16,7 +17,8 @@ import (
 // as when kubelet restarts it for an etcd or certificate change. That is longer than the lease's renew deadline
 // (10 s), so the extension loses its lease. The process must not exit: its webhook server answers every admission,
 // during the outage and after it, and its controllers lead again once kube-apiserver is back and work (a new
-// control-plane node reaches the endpoints ConfigMap).
+// control-plane node reaches the endpoints ConfigMap), and kube-apiserver has the webhook pin a Cilium pod created
+// through it after the outage.
 func TestWebhookOutlivesAPIServerRestart(t *testing.T) {
 	ctx := context.Background()
 	admit := admitter(t, env.WebhookAddress())
@@ -63,4 +65,28 @@ func TestWebhookOutlivesAPIServerRestart(t *testing.T) {
 	if err := endpointsFollowNewNode(t, "cp-after-restart", "10.0.1.16"); err != nil {
 		t.Errorf("the controllers do not work again after kube-apiserver came back: %v", err)
 	}
+
+	// The path production takes: kube-apiserver calls the webhook with the configuration and CA bundle the leader term
+	// registered. Admission is failurePolicy Ignore, so one that kube-apiserver cannot use passes pods unpinned.
+	rendered, err := ciliumchart.Render(version, ciliumchart.Values(version))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ciliumchart.DaemonSetPod(rendered.Agent, "worker-0")
+	want.Name = "agent-after-restart"
+	if err := testenv.WaitFor(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
+		probe := want.DeepCopy()
+		if err := env.Client.Create(ctx, probe, client.DryRunAll); err != nil {
+			return false, err
+		}
+		return len(ciliumchart.VerifyEnv(&probe.Spec, &want.Spec, ciliumchart.WantByName(version), endpoints(t))) == 0, nil
+	}); err != nil {
+		t.Fatalf("after kube-apiserver came back, it does not have the webhook pin a Cilium agent pod: %v", err)
+	}
+	pod := want.DeepCopy()
+	if err := env.Client.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), pod) })
+	verifyPod(t, "agent created through kube-apiserver after its restart", pod, want, false, endpoints(t))
 }
