@@ -456,26 +456,9 @@ func (c *Cluster) FailBGPNode(ctx context.Context, r *Router, name string, failu
 		return w, fmt.Errorf("the router's route to the VIP goes via %v, not via %s's %s", before, name, n.IP)
 	}
 	c.disturb(name)
-	var start time.Time
-	switch failure {
-	case NodeLinkDown, NodeHung:
-		if start, err = n.die(Death(failure)); err != nil {
-			return w, err
-		}
-	case AgentKilled:
-		start = time.Now()
-		n.Kill()
-	case AgentStopped:
-		// As kubelet stops a container: SIGTERM, SIGKILL after the grace period.
-		grace := c.agentGracePeriod(name)
-		start = time.Now()
-		go func() {
-			stopCtx, cancel := context.WithTimeout(context.Background(), grace)
-			defer cancel()
-			n.stopAgent(stopCtx)
-		}()
-	default:
-		return w, fmt.Errorf("unknown failure %q", failure)
+	start, err := c.fail(n, failure)
+	if err != nil {
+		return w, err
 	}
 	var attempts sync.WaitGroup
 	var mu sync.Mutex
@@ -523,4 +506,27 @@ func (c *Cluster) FailBGPNode(ctx context.Context, r *Router, name string, failu
 		return w, err
 	}
 	return w, nil
+}
+
+// fail fails node n as failure says and returns when.
+func (c *Cluster) fail(n *Node, failure BGPFailure) (time.Time, error) {
+	switch failure {
+	case NodeLinkDown, NodeHung:
+		return n.die(Death(failure))
+	case AgentKilled:
+		start := time.Now()
+		n.Kill()
+		return start, nil
+	case AgentStopped:
+		// As kubelet stops a container: SIGTERM, SIGKILL after the grace period.
+		grace := c.agentGracePeriod(n.Name)
+		start := time.Now()
+		go func() {
+			stopCtx, cancel := context.WithTimeout(context.Background(), grace)
+			defer cancel()
+			n.stopAgent(stopCtx)
+		}()
+		return start, nil
+	}
+	return time.Time{}, fmt.Errorf("unknown failure %q", failure)
 }

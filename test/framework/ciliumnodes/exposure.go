@@ -274,38 +274,8 @@ func (c *Cluster) FailOver(ctx context.Context, exp *extensionsv1alpha1.SelfHost
 		return f, fmt.Errorf("before the failover: %w", err)
 	}
 	f.From = dead.Name
-	// The client talks to the VIP through the holder, as a client that has been using it does: its neighbour entry
-	// resolved afresh while only the holder answers. An entry left from an earlier holder would send the client's
-	// packets to a node that is still alive, whose Cilium load-balances the VIP as well.
-	if err := c.Client.IP("neigh", "flush", "to", fixtures.ExposureVIP); err != nil {
+	if f.Lease, err = c.readyForFailover(ctx, exp, dead, deadMAC); err != nil {
 		return f, err
-	}
-	if _, err := c.ReadyzThroughVIP(ctx); err != nil {
-		return f, fmt.Errorf("before the failover, HTTPS through the VIP: %w", err)
-	}
-	if entry := c.clientNeighbour(); !strings.Contains(entry, deadMAC) {
-		return f, fmt.Errorf("before the failover, the client's neighbour entry for the VIP is %q, want the holder %s's %s", entry, f.From, deadMAC)
-	}
-	// The holder writes its lease duration at every renewal: after a restart with other timings, wait for it.
-	want, err := c.configuredLeaseDuration()
-	if err != nil {
-		return f, err
-	}
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		f.Lease = c.leaseDuration(ctx, exp)
-		return f.Lease == want, nil
-	}); err != nil {
-		return f, fmt.Errorf("the L2 announcement lease says %s, the agents run with %s: %w", f.Lease, want, err)
-	}
-	// The extension's handover reads cilium-config's timings at most every TimingsMaxAge, as it would after an
-	// operator's change.
-	c.mu.Lock()
-	configuredAt := c.configuredAt
-	c.mu.Unlock()
-	select {
-	case <-time.After(time.Until(configuredAt.Add(l2handover.TimingsMaxAge))):
-	case <-ctx.Done():
-		return f, ctx.Err()
 	}
 	c.disturb(f.From)
 	events, err := c.handoverEvents(ctx, exp)
@@ -325,23 +295,7 @@ func (c *Cluster) FailOver(ctx context.Context, exp *extensionsv1alpha1.SelfHost
 	if err != nil {
 		return f, err
 	}
-	// ARP and HTTPS are watched apart, so that one's wait does not delay the other's measurement: ARP asked every
-	// arpInterval on a socket of its own, a new HTTPS request started every httpsInterval, each with a second to
-	// succeed.
-	var polls sync.WaitGroup
-	polls.Go(func() {
-		ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		defer cancel()
-		if _, at, err := arpWatch(ctx, c.Client, fixtures.ExposureVIP, deadMAC); err == nil {
-			f.ARP = at.Sub(start)
-		}
-	})
-	polls.Go(func() {
-		if at, ok := c.firstHTTPS(ctx, 2*time.Minute); ok {
-			f.HTTPS = at.Sub(start)
-		}
-	})
-	polls.Wait()
+	f.ARP, f.HTTPS = c.measureFailover(ctx, deadMAC, start)
 	if f.ARP == 0 || f.HTTPS == 0 {
 		macs, _ := c.ARP(fixtures.ExposureVIP)
 		holder, _ := c.LeaseHolder(ctx, exp)
@@ -358,6 +312,68 @@ func (c *Cluster) FailOver(ctx context.Context, exp *extensionsv1alpha1.SelfHost
 	stopTimeline = nil
 	f.LeaseMove = moveOf(versions, f.From, f.To, start, f.HandedOver != "")
 	return f, nil
+}
+
+// readyForFailover waits until the client reaches the VIP through holder, the lease says the duration the agents run
+// with (which it returns), and the extension's handover has read cilium-config's timings.
+func (c *Cluster) readyForFailover(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, holder *Node, holderMAC string) (time.Duration, error) {
+	// The client talks to the VIP through the holder, as a client that has been using it does: its neighbour entry
+	// resolved afresh while only the holder answers. An entry left from an earlier holder would send the client's
+	// packets to a node that is still alive, whose Cilium load-balances the VIP as well.
+	if err := c.Client.IP("neigh", "flush", "to", fixtures.ExposureVIP); err != nil {
+		return 0, err
+	}
+	if _, err := c.ReadyzThroughVIP(ctx); err != nil {
+		return 0, fmt.Errorf("before the failover, HTTPS through the VIP: %w", err)
+	}
+	if entry := c.clientNeighbour(); !strings.Contains(entry, holderMAC) {
+		return 0, fmt.Errorf("before the failover, the client's neighbour entry for the VIP is %q, want the holder %s's %s", entry, holder.Name, holderMAC)
+	}
+	// The holder writes its lease duration at every renewal: after a restart with other timings, wait for it.
+	want, err := c.configuredLeaseDuration()
+	if err != nil {
+		return 0, err
+	}
+	var lease time.Duration
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		lease = c.leaseDuration(ctx, exp)
+		return lease == want, nil
+	}); err != nil {
+		return lease, fmt.Errorf("the L2 announcement lease says %s, the agents run with %s: %w", lease, want, err)
+	}
+	// The extension's handover reads cilium-config's timings at most every TimingsMaxAge, as it would after an
+	// operator's change.
+	c.mu.Lock()
+	configuredAt := c.configuredAt
+	c.mu.Unlock()
+	select {
+	case <-time.After(time.Until(configuredAt.Add(l2handover.TimingsMaxAge))):
+		return lease, nil
+	case <-ctx.Done():
+		return lease, ctx.Err()
+	}
+}
+
+// measureFailover measures, from start on, until a node other than the dead one (deadMAC) answers ARP for the VIP and
+// until HTTPS through the VIP works again, each for at most two minutes (0: never). They are watched apart, so that
+// one's wait does not delay the other's measurement: ARP asked every arpInterval on a socket of its own, a new HTTPS
+// request started every httpsInterval, each with a second to succeed.
+func (c *Cluster) measureFailover(ctx context.Context, deadMAC string, start time.Time) (arp, https time.Duration) {
+	var polls sync.WaitGroup
+	polls.Go(func() {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		if _, at, err := arpWatch(ctx, c.Client, fixtures.ExposureVIP, deadMAC); err == nil {
+			arp = at.Sub(start)
+		}
+	})
+	polls.Go(func() {
+		if at, ok := c.firstHTTPS(ctx, 2*time.Minute); ok {
+			https = at.Sub(start)
+		}
+	})
+	polls.Wait()
+	return arp, https
 }
 
 // settledHolder waits until ARP for the VIP is answered by the lease holder alone, and returns it with its MAC. The
@@ -571,21 +587,8 @@ func (c *Cluster) outageAttempt(ctx context.Context, r *Router) outageAttempt {
 // settled (Settled), and on until the last outageTail succeeded, for at most two minutes. Then it starts the
 // kube-apiserver again and sends requests until outageTail after it is published as ready again.
 func (c *Cluster) StopOneAPIServer(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, o Outage) (out APIServerOutage, err error) {
-	r, announcer := o.Router, o.Announcer && o.Router == nil
-	if o.Drained != "" && (r == nil || c.nodes[o.Drained] == nil) {
-		return out, fmt.Errorf("only a control-plane node under BGP can be drained, not %q", o.Drained)
-	}
-	var holder string
-	if r == nil {
-		holder, err = c.WaitUntilServing(ctx, exp)
-	} else {
-		announcing := slices.DeleteFunc(slices.Clone(fixtures.ControlPlaneIPs), func(ip string) bool {
-			return o.Drained != "" && ip == c.nodes[o.Drained].Address()
-		})
-		if err = r.WaitForNextHops(ctx, announcing); err == nil {
-			_, _, err = c.ServedVia(ctx, r, announcing, time.Minute)
-		}
-	}
+	announcer := o.Announcer && o.Router == nil
+	holder, err := c.servingBeforeOutage(ctx, exp, o)
 	if err != nil {
 		return out, err
 	}
@@ -595,86 +598,135 @@ func (c *Cluster) StopOneAPIServer(ctx context.Context, exp *extensionsv1alpha1.
 		}
 		return n.ControlPlane && (n.Name == holder) == announcer
 	})
-	down := c.Nodes()[i]
-	out.Node, out.Announcer, out.Holder = down.Name, announcer, holder
-	c.disturb(down.Name)
-	if err := down.SwitchAPIServer(false); err != nil {
-		return out, err
+	m := &outageMeasurement{c: c, exp: exp, router: o.Router, announcer: announcer, down: c.Nodes()[i]}
+	m.out.Node, m.out.Announcer, m.out.Holder = m.down.Name, announcer, holder
+	c.disturb(m.down.Name)
+	if err := m.down.SwitchAPIServer(false); err != nil {
+		return m.out, err
 	}
 	switchedOn := false
 	defer func() {
 		if !switchedOn {
-			if onErr := down.SwitchAPIServer(true); err == nil {
+			if onErr := m.down.SwitchAPIServer(true); err == nil {
 				err = onErr
 			}
 		}
 	}()
+	if err := m.whileDown(ctx, o.Attempts); err != nil && !wait.Interrupted(err) {
+		return m.out, err
+	}
+	if o.Router == nil {
+		if m.out.NewHolder, err = c.WaitForLeaseHolder(ctx, exp, ""); err != nil {
+			return m.out, err
+		}
+	}
+	switchedOn = true
+	if err := m.down.SwitchAPIServer(true); err != nil {
+		return m.out, err
+	}
+	return m.out, m.afterReturn(ctx)
+}
+
+// servingBeforeOutage waits until the VIP serves as o expects it before the outage: from the lease holder, which it
+// returns, under L2; via every node not drained under BGP.
+func (c *Cluster) servingBeforeOutage(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, o Outage) (string, error) {
+	if o.Drained != "" && (o.Router == nil || c.nodes[o.Drained] == nil) {
+		return "", fmt.Errorf("only a control-plane node under BGP can be drained, not %q", o.Drained)
+	}
+	if o.Router == nil {
+		return c.WaitUntilServing(ctx, exp)
+	}
+	announcing := slices.DeleteFunc(slices.Clone(fixtures.ControlPlaneIPs), func(ip string) bool {
+		return o.Drained != "" && ip == c.nodes[o.Drained].Address()
+	})
+	if err := o.Router.WaitForNextHops(ctx, announcing); err != nil {
+		return "", err
+	}
+	_, _, err := c.ServedVia(ctx, o.Router, announcing, time.Minute)
+	return "", err
+}
+
+// outageMeasurement is one kube-apiserver's outage (down's) as StopOneAPIServer measures it into out.
+type outageMeasurement struct {
+	c         *Cluster
+	exp       *extensionsv1alpha1.SelfHostedShootExposure
+	router    *Router
+	announcer bool
+	down      *Node
+	out       APIServerOutage
+}
+
+// whileDown sends requests through the VIP while down's kube-apiserver is stopped, until at least attempts were sent,
+// outageTail after the outage settled, and the last outageTail succeeded, for at most two minutes.
+func (m *outageMeasurement) whileDown(ctx context.Context, attempts int) error {
+	out := &m.out
 	start := time.Now()
+	defer func() { out.Window = time.Since(start) }()
 	tail := 0
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		// A read that failed says nothing new; the requests go on.
-		ready, err := c.endpointReady(ctx, exp, down)
+		ready, err := m.c.endpointReady(ctx, m.exp, m.down)
 		if err != nil {
 			ready = out.TakenOut == 0
 		}
 		if !ready && out.TakenOut == 0 {
 			out.TakenOut = time.Since(start)
 		}
-		if announcer && out.Moved == 0 {
-			if now, err := c.LeaseHolder(ctx, exp); err == nil && now != "" && now != down.Name {
+		if m.announcer && out.Moved == 0 {
+			if now, err := m.c.LeaseHolder(ctx, m.exp); err == nil && now != "" && now != m.down.Name {
 				out.Moved = time.Since(start)
 			}
 		}
-		if out.Settled == 0 && out.TakenOut > 0 && (!announcer || out.Moved > 0) {
+		if out.Settled == 0 && out.TakenOut > 0 && (!m.announcer || out.Moved > 0) {
 			out.Settled = time.Since(start)
 		}
-		a := c.outageAttempt(ctx, r)
-		out.Attempts++
-		if a.err != nil {
-			out.Failed++
-			out.LastFailure = time.Since(start)
-			if a.bgp && a.hop != down.Address() {
-				out.LastFailureElsewhere = out.LastFailure
-			}
-		}
-		blind := out.Settled > 0 && a.bgp && a.hop == down.Address()
-		switch {
-		case blind:
-			out.ViaDown++
-		case a.err != nil:
-			out.SucceededAtEnd = 0
-		default:
-			out.SucceededAtEnd++
-		}
+		a := m.c.outageAttempt(ctx, m.router)
+		m.count(ctx, a, start)
 		if out.Settled > 0 {
 			tail++
-			if a.err != nil {
-				if blind {
-					out.FailedViaDown++
-				} else {
-					out.FailedAfterSettled++
-				}
-				out.Failures = append(out.Failures, c.failure(ctx, exp, out.LastFailure, a))
-			}
 		}
-		return out.Attempts >= o.Attempts && tail >= outageTail && out.SucceededAtEnd >= outageTail, nil
+		return out.Attempts >= attempts && tail >= outageTail && out.SucceededAtEnd >= outageTail, nil
 	})
-	out.Window = time.Since(start)
-	if err != nil && !wait.Interrupted(err) {
-		return out, err
-	}
-	if r == nil {
-		if out.NewHolder, err = c.WaitForLeaseHolder(ctx, exp, ""); err != nil {
-			return out, err
+}
+
+// count adds attempt a, made start after the stop, to the outage's counts.
+func (m *outageMeasurement) count(ctx context.Context, a outageAttempt, start time.Time) {
+	out := &m.out
+	out.Attempts++
+	if a.err != nil {
+		out.Failed++
+		out.LastFailure = time.Since(start)
+		if a.bgp && a.hop != m.down.Address() {
+			out.LastFailureElsewhere = out.LastFailure
 		}
 	}
-	switchedOn = true
-	if err := down.SwitchAPIServer(true); err != nil {
-		return out, err
+	blind := out.Settled > 0 && a.bgp && a.hop == m.down.Address()
+	switch {
+	case blind:
+		out.ViaDown++
+	case a.err != nil:
+		out.SucceededAtEnd = 0
+	default:
+		out.SucceededAtEnd++
 	}
-	start, tail = time.Now(), 0
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		ready, err := c.endpointReady(ctx, exp, down)
+	if out.Settled == 0 || a.err == nil {
+		return
+	}
+	if blind {
+		out.FailedViaDown++
+	} else {
+		out.FailedAfterSettled++
+	}
+	out.Failures = append(out.Failures, m.c.failure(ctx, m.exp, out.LastFailure, a))
+}
+
+// afterReturn sends requests through the VIP after down's kube-apiserver started again, until outageTail after its
+// endpoint is published as ready again, for at most two minutes.
+func (m *outageMeasurement) afterReturn(ctx context.Context) error {
+	out := &m.out
+	start, tail := time.Now(), 0
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		ready, err := m.c.endpointReady(ctx, m.exp, m.down)
 		if err != nil {
 			ready = out.Back > 0
 		}
@@ -682,22 +734,21 @@ func (c *Cluster) StopOneAPIServer(ctx context.Context, exp *extensionsv1alpha1.
 			out.Back = time.Since(start)
 		}
 		out.BackAttempts++
-		a := c.outageAttempt(ctx, r)
+		a := m.c.outageAttempt(ctx, m.router)
 		switch {
 		case a.err == nil:
-		case out.Back == 0 && a.bgp && a.hop == down.Address():
+		case out.Back == 0 && a.bgp && a.hop == m.down.Address():
 			// The blind agent still sends its share to its own kube-apiserver, which fails until that serves again.
 			out.BackFailedViaDown++
 		default:
 			out.BackFailed++
-			out.BackFailures = append(out.BackFailures, c.failure(ctx, exp, time.Since(start), a))
+			out.BackFailures = append(out.BackFailures, m.c.failure(ctx, m.exp, time.Since(start), a))
 		}
 		if out.Back > 0 {
 			tail++
 		}
 		return tail >= outageTail, nil
 	})
-	return out, err
 }
 
 // clientNeighbour is the client's neighbour entry for the VIP, with the name of the node whose MAC it holds: where the

@@ -102,145 +102,41 @@ const establishedInterval = 200 * time.Millisecond
 // exposure announcing over BGP), the connections come from the client behind it, and the router's route to the VIP is
 // watched instead of the L2 lease and ARP.
 func (c *Cluster) RollOut(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, established int, router *Router) (Rollout, error) {
-	var r Rollout
 	c.mu.Lock()
 	inst := c.installed[GardenerChart]
 	running := c.running != nil && c.running.Chart == GardenerChart
 	c.mu.Unlock()
 	if inst == nil || !running {
-		return r, fmt.Errorf("a rollout needs Gardener's chart running")
+		return Rollout{}, fmt.Errorf("a rollout needs Gardener's chart running")
 	}
-	serving := func() error {
-		if router == nil {
-			_, err := c.WaitUntilServing(ctx, exp)
-			return err
-		}
-		if err := router.WaitForEveryNextHop(ctx); err != nil {
-			return err
-		}
-		_, _, err := c.ServedViaEveryNode(ctx, router)
-		return err
-	}
-	if err := serving(); err != nil {
-		return r, err
+	o := &rolloutObserver{c: c, exp: exp, router: router}
+	if err := o.serving(ctx); err != nil {
+		return Rollout{}, err
 	}
 	old := map[types.UID]bool{}
 	for _, n := range c.Nodes() {
 		pod, err := c.RunningPod(ctx, n.Name, time.Minute)
 		if err != nil {
-			return r, err
+			return Rollout{}, err
 		}
 		old[pod.UID] = true
 		c.disturb(n.Name)
 	}
 	events, err := c.handoverEvents(ctx, exp)
 	if err != nil {
-		return r, err
+		return Rollout{}, err
 	}
-	tlsConfig, err := c.vipTLSConfig()
-	if err != nil {
-		return r, err
+	if err := o.openEstablished(ctx, established); err != nil {
+		return o.r, err
 	}
-	// newConn is how one new connection through the VIP is dialled, and, once it was, where the router sent it.
-	newConn := func() (func(context.Context, string, string) (net.Conn, error), func(context.Context) string) {
-		if router == nil {
-			return c.Client.DialContext, func(context.Context) string { return "" }
-		}
-		sport := router.NextSourcePort()
-		return router.dialer(sport), func(ctx context.Context) string { return router.Hop(ctx, sport) }
-	}
-	var conns []*tls.Conn
-	var via []string
-	defer func() {
-		for _, conn := range conns {
-			conn.Close()
-		}
-	}()
-	for range established {
-		dial, hop := newConn()
-		conn, err := dialVIP(ctx, dial, tlsConfig)
-		if err != nil {
-			return r, fmt.Errorf("opening a connection through the VIP: %w", err)
-		}
-		conns, via = append(conns, conn), append(via, hop(ctx))
-	}
-	r.Established = len(conns)
+	defer o.closeEstablished()
 
 	observe, stop := context.WithCancel(ctx)
 	defer stop()
-	var observers sync.WaitGroup
-	var mu sync.Mutex
-	start := time.Now()
-	since := func() time.Duration { return time.Since(start).Round(50 * time.Millisecond) }
-	record := func(f func()) {
-		mu.Lock()
-		defer mu.Unlock()
-		f()
-	}
-	for i, conn := range conns {
-		observers.Go(func() {
-			if err := keepRequesting(observe, conn); err != nil && observe.Err() == nil {
-				record(func() {
-					r.Broken = append(r.Broken, fmt.Sprintf("connection %d%s after %s: %v", i, viaNode(via[i]), since(), err))
-				})
-			}
-		})
-	}
-	if router == nil {
-		c.observeL2(observe, &observers, exp, start, record, &r)
-	} else {
-		observers.Go(func() {
-			var last []string
-			for observe.Err() == nil {
-				if hops, err := router.NextHops(fixtures.ExposureVIP); err == nil && (r.Routes == nil || !slices.Equal(hops, last)) {
-					last = hops
-					record(func() { r.Routes = append(r.Routes, Route{hops, since()}) })
-				}
-				select {
-				case <-observe.Done():
-				case <-time.After(20 * time.Millisecond):
-				}
-			}
-		})
-	}
-	observers.Go(func() {
-		ticker := time.NewTicker(httpsInterval)
-		defer ticker.Stop()
-		var attempts sync.WaitGroup
-		defer attempts.Wait()
-		for observe.Err() == nil {
-			attempts.Go(func() {
-				attempt, cancel := context.WithTimeout(observe, time.Second)
-				defer cancel()
-				dial, hop := newConn()
-				_, err := c.readyzThroughVIP(attempt, dial)
-				via := hop(observe)
-				if observe.Err() != nil {
-					return
-				}
-				record(func() {
-					r.Attempts++
-					if err != nil {
-						r.Failed++
-						r.Failures = append(r.Failures, fmt.Sprintf("%s%s: %v", since(), viaNode(via), err))
-					}
-				})
-			})
-			select {
-			case <-observe.Done():
-			case <-ticker.C:
-			}
-		}
-	})
-
-	ds := &appsv1.DaemonSet{}
-	if err := c.env.Client.Get(ctx, client.ObjectKeyFromObject(inst.agent), ds); err != nil {
-		return r, err
-	}
-	patch := client.MergeFrom(ds.DeepCopy())
-	metav1.SetMetaDataAnnotation(&ds.Spec.Template.ObjectMeta, "kubectl.kubernetes.io/restartedAt", start.Format(time.RFC3339))
-	if err := c.env.Client.Patch(ctx, ds, patch); err != nil {
-		return r, fmt.Errorf("updating the agent DaemonSet: %w", err)
+	o.start = time.Now()
+	o.observe(observe)
+	if err := c.restartAgents(ctx, inst, o.start); err != nil {
+		return o.r, err
 	}
 	waitErr := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 		for _, n := range c.Nodes() {
@@ -251,12 +147,13 @@ func (c *Cluster) RollOut(ctx context.Context, exp *extensionsv1alpha1.SelfHoste
 		}
 		return true, nil
 	})
-	r.Took = time.Since(start)
+	o.r.Took = time.Since(o.start)
 	if waitErr == nil {
-		waitErr = serving()
+		waitErr = o.serving(ctx)
 	}
 	stop()
-	observers.Wait()
+	o.observers.Wait()
+	r := o.r
 	r.Answerers = c.Answerers(r.Answerers)
 	if waitErr != nil {
 		return r, fmt.Errorf("the rollout did not complete: %w", waitErr)
@@ -268,6 +165,157 @@ func (c *Cluster) RollOut(ctx context.Context, exp *extensionsv1alpha1.SelfHoste
 		}
 	}
 	return r, err
+}
+
+// restartAgents updates the pod template of Gardener's agent DaemonSet as `kubectl rollout restart` does at start.
+func (c *Cluster) restartAgents(ctx context.Context, inst *installation, start time.Time) error {
+	ds := &appsv1.DaemonSet{}
+	if err := c.env.Client.Get(ctx, client.ObjectKeyFromObject(inst.agent), ds); err != nil {
+		return err
+	}
+	patch := client.MergeFrom(ds.DeepCopy())
+	metav1.SetMetaDataAnnotation(&ds.Spec.Template.ObjectMeta, "kubectl.kubernetes.io/restartedAt", start.Format(time.RFC3339))
+	if err := c.env.Client.Patch(ctx, ds, patch); err != nil {
+		return fmt.Errorf("updating the agent DaemonSet: %w", err)
+	}
+	return nil
+}
+
+// rolloutObserver records into r what the VIP does during a rollout, from start on: the established connections, new
+// connections, and the L2 lease and ARP or, with a router, its route to the VIP.
+type rolloutObserver struct {
+	c      *Cluster
+	exp    *extensionsv1alpha1.SelfHostedShootExposure
+	router *Router
+	start  time.Time
+	// conns are the established connections, via where the router sent each.
+	conns     []*tls.Conn
+	via       []string
+	observers sync.WaitGroup
+	mu        sync.Mutex
+	r         Rollout
+}
+
+// serving waits until the VIP serves: under L2, from the lease holder; under BGP, via every node.
+func (o *rolloutObserver) serving(ctx context.Context) error {
+	if o.router == nil {
+		_, err := o.c.WaitUntilServing(ctx, o.exp)
+		return err
+	}
+	if err := o.router.WaitForEveryNextHop(ctx); err != nil {
+		return err
+	}
+	_, _, err := o.c.ServedViaEveryNode(ctx, o.router)
+	return err
+}
+
+func (o *rolloutObserver) since() time.Duration {
+	return time.Since(o.start).Round(50 * time.Millisecond)
+}
+
+func (o *rolloutObserver) record(f func()) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	f()
+}
+
+// newConn is how one new connection through the VIP is dialled, and, once it was, where the router sent it.
+func (o *rolloutObserver) newConn() (func(context.Context, string, string) (net.Conn, error), func(context.Context) string) {
+	if o.router == nil {
+		return o.c.Client.DialContext, func(context.Context) string { return "" }
+	}
+	sport := o.router.NextSourcePort()
+	return o.router.dialer(sport), func(ctx context.Context) string { return o.router.Hop(ctx, sport) }
+}
+
+// openEstablished opens n connections through the VIP.
+func (o *rolloutObserver) openEstablished(ctx context.Context, n int) error {
+	tlsConfig, err := o.c.vipTLSConfig()
+	if err != nil {
+		return err
+	}
+	for range n {
+		dial, hop := o.newConn()
+		conn, err := dialVIP(ctx, dial, tlsConfig)
+		if err != nil {
+			o.closeEstablished()
+			return fmt.Errorf("opening a connection through the VIP: %w", err)
+		}
+		o.conns, o.via = append(o.conns, conn), append(o.via, hop(ctx))
+	}
+	o.r.Established = len(o.conns)
+	return nil
+}
+
+func (o *rolloutObserver) closeEstablished() {
+	for _, conn := range o.conns {
+		conn.Close()
+	}
+}
+
+// observe starts the observers, which run until ctx ends.
+func (o *rolloutObserver) observe(ctx context.Context) {
+	for i, conn := range o.conns {
+		o.observers.Go(func() {
+			if err := keepRequesting(ctx, conn); err != nil && ctx.Err() == nil {
+				o.record(func() {
+					o.r.Broken = append(o.r.Broken, fmt.Sprintf("connection %d%s after %s: %v", i, viaNode(o.via[i]), o.since(), err))
+				})
+			}
+		})
+	}
+	if o.router == nil {
+		o.c.observeL2(ctx, &o.observers, o.exp, o.start, o.record, &o.r)
+	} else {
+		o.observers.Go(func() { o.watchRoute(ctx) })
+	}
+	o.observers.Go(func() { o.attemptNewConnections(ctx) })
+}
+
+// watchRoute records the router's next hops to the VIP each time they change.
+func (o *rolloutObserver) watchRoute(ctx context.Context) {
+	var last []string
+	for ctx.Err() == nil {
+		if hops, err := o.router.NextHops(fixtures.ExposureVIP); err == nil && (o.r.Routes == nil || !slices.Equal(hops, last)) {
+			last = hops
+			o.record(func() { o.r.Routes = append(o.r.Routes, Route{hops, o.since()}) })
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// attemptNewConnections sends a request on a new connection through the VIP every httpsInterval.
+func (o *rolloutObserver) attemptNewConnections(ctx context.Context) {
+	ticker := time.NewTicker(httpsInterval)
+	defer ticker.Stop()
+	var attempts sync.WaitGroup
+	defer attempts.Wait()
+	for ctx.Err() == nil {
+		attempts.Go(func() {
+			attempt, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			dial, hop := o.newConn()
+			_, err := o.c.readyzThroughVIP(attempt, dial)
+			via := hop(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			o.record(func() {
+				o.r.Attempts++
+				if err != nil {
+					o.r.Failed++
+					o.r.Failures = append(o.r.Failures, fmt.Sprintf("%s%s: %v", o.since(), viaNode(via), err))
+				}
+			})
+		})
+		select {
+		case <-ctx.Done():
+		case <-ticker.C:
+		}
+	}
 }
 
 // viaNode is " via <hop>" for a connection the router sent to hop, "" for one that went no router's way.

@@ -268,26 +268,75 @@ func (s *Sandbox) Start(c Container) (*Started, error) {
 		return nil, fmt.Errorf("pod %s has no container %s", c.Pod.Name, c.Name)
 	}
 	container := containers[i]
-
-	if err := os.MkdirAll(filepath.Join(c.Dir, "bin"), 0o755); err != nil {
+	if err := writeScratch(c); err != nil {
 		return nil, err
+	}
+	script, volumes, err := mountScript(c, container)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeFiles(c.Dir, map[string]string{"hosts": s.hostsFile(c.Pod)}); err != nil {
+		return nil, err
+	}
+	binary, err := linkBinary(c, container)
+	if err != nil {
+		return nil, err
+	}
+	environment := s.podEnv(c, container)
+	for k, v := range c.Env {
+		if v == "" {
+			delete(environment, k)
+		} else {
+			environment[k] = v
+		}
+	}
+	// Binary stands for command[0] or, without a command, for the image's entrypoint.
+	command := container.Command
+	if len(command) > 0 {
+		command = command[1:]
+	}
+	args := slices.Concat(expand(slices.Concat(command, container.Args), environment), c.Args)
+	cmd := s.command(c, append([]string{"/bin/sh", "-c", strings.Join(script, "\n"), "sh", binary}, args...))
+	path := "/usr/sbin:/usr/bin:/sbin:/bin"
+	if len(c.Tools) > 0 {
+		path = filepath.Join(scratch, "bin") + ":" + path
+	}
+	cmd.Env = []string{"PATH=" + path}
+	for _, k := range slices.Sorted(maps.Keys(environment)) {
+		cmd.Env = append(cmd.Env, k+"="+environment[k])
+	}
+	process, err := testenv.StartCommand(c.LogPath, cmd)
+	if err != nil {
+		return nil, err
+	}
+	return &Started{Process: process, volumes: volumes}, nil
+}
+
+// scratch is where the container sees its scratch directory (Container.Dir, which may lie under the /tmp it hides).
+const scratch = "/run/podrun"
+
+// writeScratch writes the container's tools and service-account files into its scratch directory.
+func writeScratch(c Container) error {
+	if err := os.MkdirAll(filepath.Join(c.Dir, "bin"), 0o755); err != nil {
+		return err
 	}
 	for name, target := range c.Tools {
 		if err := os.Symlink(target, filepath.Join(c.Dir, "bin", name)); err != nil && !os.IsExist(err) {
-			return nil, err
+			return err
 		}
 	}
-	if err := writeFiles(filepath.Join(c.Dir, "serviceaccount"), map[string]string{
+	return writeFiles(filepath.Join(c.Dir, "serviceaccount"), map[string]string{
 		corev1.ServiceAccountTokenKey:     c.Token,
 		corev1.ServiceAccountRootCAKey:    string(c.CA),
 		corev1.ServiceAccountNamespaceKey: c.Pod.Namespace,
-	}); err != nil {
-		return nil, err
-	}
+	})
+}
 
+// mountScript is the shell that builds the container's mount namespace, ending in exec of its binary, and where
+// each of its emptyDir and ConfigMap volumes lies on the host, by mount path.
+func mountScript(c Container, container corev1.Container) ([]string, map[string]string, error) {
 	// /tmp and /var/lib get a tmpfs, so that mount points below them need not exist on the machine; volumes mount
-	// only there. Dir, which may lie under /tmp, stays reachable at scratch.
-	const scratch = "/run/podrun"
+	// only there.
 	script := []string{
 		"set -e",
 		"mount --bind " + filepath.Join(c.Dir, "hosts") + " /etc/hosts",
@@ -308,36 +357,19 @@ func (s *Sandbox) Start(c Container) (*Started, error) {
 	mounts := slices.Clone(container.VolumeMounts)
 	slices.SortFunc(mounts, func(a, b corev1.VolumeMount) int { return len(a.MountPath) - len(b.MountPath) })
 	for _, vm := range mounts {
-		j := slices.IndexFunc(c.Pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == vm.Name })
-		if j < 0 {
-			return nil, fmt.Errorf("container %s mounts volume %s, which the pod does not have", c.Name, vm.Name)
-		}
-		volume := c.Pod.Spec.Volumes[j]
-		var files map[string]string
-		switch {
-		case volume.ConfigMap != nil:
-			data, ok := c.ConfigMaps[volume.ConfigMap.Name]
-			if !ok && !ptr.Deref(volume.ConfigMap.Optional, false) {
-				return nil, fmt.Errorf("the pod mounts ConfigMap %s, which does not exist", volume.ConfigMap.Name)
+		files, ok, err := volumeFiles(c, vm)
+		if err != nil || !ok {
+			if err != nil {
+				return nil, nil, err
 			}
-			files = data
-			if len(volume.ConfigMap.Items) > 0 {
-				files = map[string]string{}
-				for _, item := range volume.ConfigMap.Items {
-					files[item.Path] = data[item.Key]
-				}
-			}
-		case volume.EmptyDir != nil:
-			files = map[string]string{}
-		default:
 			continue // host paths and the like: not what decides how the container reaches kube-apiserver
 		}
 		if !strings.HasPrefix(vm.MountPath, "/tmp") && !strings.HasPrefix(vm.MountPath, "/var/lib/") {
-			return nil, fmt.Errorf("volume %s at %s, outside the tmpfs mounts of this runner", vm.Name, vm.MountPath)
+			return nil, nil, fmt.Errorf("volume %s at %s, outside the tmpfs mounts of this runner", vm.Name, vm.MountPath)
 		}
 		source := filepath.Join("volumes", vm.Name)
 		if err := writeFiles(filepath.Join(c.Dir, source), files); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		volumes[vm.MountPath] = filepath.Join(c.Dir, source)
 		script = append(script, "mkdir -p "+vm.MountPath, "mount --bind "+filepath.Join(scratch, source)+" "+vm.MountPath)
@@ -347,85 +379,86 @@ func (s *Sandbox) Start(c Container) (*Started, error) {
 		// As kubelet mounts a read-only root filesystem: writable only where a volume is mounted.
 		script = append(script, "mount -o remount,ro /tmp", "mount -o remount,ro /var/lib")
 	}
-	script = append(script, `exec "$@"`)
+	return append(script, `exec "$@"`), volumes, nil
+}
 
-	// /etc/hosts as kubelet writes it for a hostNetwork pod (kubernetes pkg/kubelet/kubelet_pods.go
-	// nodeHostsFileContent, hostsEntriesFromHostAliases): the node's hosts file, in which the external name resolves to
-	// the VIP as DNS would, then the pod's hostAliases.
+// volumeFiles are the files of the volume that vm mounts, if it is a ConfigMap or an emptyDir (ok).
+func volumeFiles(c Container, vm corev1.VolumeMount) (files map[string]string, ok bool, err error) {
+	j := slices.IndexFunc(c.Pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == vm.Name })
+	if j < 0 {
+		return nil, false, fmt.Errorf("container %s mounts volume %s, which the pod does not have", c.Name, vm.Name)
+	}
+	volume := c.Pod.Spec.Volumes[j]
+	switch {
+	case volume.ConfigMap != nil:
+		data, found := c.ConfigMaps[volume.ConfigMap.Name]
+		if !found && !ptr.Deref(volume.ConfigMap.Optional, false) {
+			return nil, false, fmt.Errorf("the pod mounts ConfigMap %s, which does not exist", volume.ConfigMap.Name)
+		}
+		if len(volume.ConfigMap.Items) == 0 {
+			return data, true, nil
+		}
+		files = map[string]string{}
+		for _, item := range volume.ConfigMap.Items {
+			files[item.Path] = data[item.Key]
+		}
+		return files, true, nil
+	case volume.EmptyDir != nil:
+		return map[string]string{}, true, nil
+	}
+	return nil, false, nil
+}
+
+// hostsFile is /etc/hosts as kubelet writes it for a hostNetwork pod (kubernetes pkg/kubelet/kubelet_pods.go
+// nodeHostsFileContent, hostsEntriesFromHostAliases): the node's hosts file, in which the external name resolves to
+// the VIP as DNS would, then the pod's hostAliases.
+func (s *Sandbox) hostsFile(pod *corev1.Pod) string {
 	hosts := "# Kubernetes-managed hosts file (host network).\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" +
 		s.VIP + "\t" + s.ExternalName + "\n"
-	if len(c.Pod.Spec.HostAliases) > 0 {
+	if len(pod.Spec.HostAliases) > 0 {
 		hosts += "\n# Entries added by HostAliases.\n"
-		for _, a := range c.Pod.Spec.HostAliases {
+		for _, a := range pod.Spec.HostAliases {
 			hosts += a.IP + "\t" + strings.Join(a.Hostnames, "\t") + "\n"
 		}
 	}
-	if err := writeFiles(c.Dir, map[string]string{"hosts": hosts}); err != nil {
-		return nil, err
-	}
+	return hosts
+}
 
-	environment := s.podEnv(c, container)
-	for k, v := range c.Env {
-		if v == "" {
-			delete(environment, k)
-		} else {
-			environment[k] = v
-		}
-	}
-	// Binary stands for command[0] or, without a command, for the image's entrypoint.
-	command := container.Command
-	if len(command) > 0 {
-		command = command[1:]
-	}
-	args := slices.Concat(expand(slices.Concat(command, container.Args), environment), c.Args)
-
-	unshare := []string{"unshare", "--mount", "--propagation", "private"}
-	if c.Cgroup != "" {
-		unshare = append(unshare, "--cgroup")
-	}
-	// The binary runs from the scratch directory under the name of the container's command, as the image has it:
-	// Cilium's agent goes by its own name (pkg/components IsCiliumAgent) to find its bpffs. One under /tmp, which
-	// the container's /tmp hides, is linked there rather than pointed to.
+// linkBinary puts c.Binary into the scratch directory under the name of the container's command, as the image has
+// it, and returns its path inside the container: Cilium's agent goes by its own name (pkg/components IsCiliumAgent) to
+// find its bpffs. One under /tmp, which the container's /tmp hides, is linked there rather than pointed to.
+func linkBinary(c Container, container corev1.Container) (string, error) {
 	name := filepath.Base(c.Binary)
 	if len(container.Command) > 0 {
 		name = filepath.Base(container.Command[0])
 	}
 	target, err := filepath.Abs(c.Binary)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	link := os.Symlink
 	if strings.HasPrefix(target, "/tmp/") {
 		link = os.Link
 	}
 	if err := os.Remove(filepath.Join(c.Dir, "bin", name)); err != nil && !os.IsNotExist(err) {
-		return nil, err
+		return "", err
 	}
 	if err := link(target, filepath.Join(c.Dir, "bin", name)); err != nil {
-		return nil, err
+		return "", err
 	}
-	binary := filepath.Join(scratch, "bin", name)
-	inNamespaces := append(unshare, append([]string{"--", "/bin/sh", "-c", strings.Join(script, "\n"), "sh", binary}, args...)...)
-	var cmd *exec.Cmd
-	if c.Cgroup != "" {
-		// Join the cgroup first, so that the cgroup namespace is rooted there.
-		cmd = exec.Command("/bin/sh", append([]string{"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, c.Cgroup, "ip", "netns", "exec", s.ns.Name()}, inNamespaces...)...)
-	} else {
-		cmd = s.ns.Command(inNamespaces[0], inNamespaces[1:]...)
+	return filepath.Join(scratch, "bin", name), nil
+}
+
+// command runs inNamespaces (the mount script and its arguments) in a private mount namespace of the sandbox's
+// network namespace and, with c.Cgroup, in a cgroup namespace rooted at that cgroup.
+func (s *Sandbox) command(c Container, inNamespaces []string) *exec.Cmd {
+	unshare := []string{"unshare", "--mount", "--propagation", "private"}
+	if c.Cgroup == "" {
+		return s.ns.Command(unshare[0], slices.Concat(unshare[1:], []string{"--"}, inNamespaces)...)
 	}
-	path := "/usr/sbin:/usr/bin:/sbin:/bin"
-	if len(c.Tools) > 0 {
-		path = filepath.Join(scratch, "bin") + ":" + path
-	}
-	cmd.Env = []string{"PATH=" + path}
-	for _, k := range slices.Sorted(maps.Keys(environment)) {
-		cmd.Env = append(cmd.Env, k+"="+environment[k])
-	}
-	process, err := testenv.StartCommand(c.LogPath, cmd)
-	if err != nil {
-		return nil, err
-	}
-	return &Started{Process: process, volumes: volumes}, nil
+	// Join the cgroup first, so that the cgroup namespace is rooted there.
+	unshare = append(unshare, "--cgroup", "--")
+	return exec.Command("/bin/sh", slices.Concat([]string{"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, c.Cgroup, "ip", "netns", "exec", s.ns.Name()}, unshare, inNamespaces)...)
 }
 
 // ForPod is container name of pod as kubelet would start it in env's cluster: the Cilium binary its command runs

@@ -98,43 +98,67 @@ func confine() error {
 	for _, line := range CleanLeftovers() {
 		fmt.Fprintln(os.Stderr, "reaper:", line)
 	}
-	binary, err := os.Executable()
+	s, err := newState(parent)
 	if err != nil {
 		return err
 	}
+	if err := s.startReaper(); err != nil {
+		return err
+	}
+	// The reaper stays where it was; this process, and from now on all it starts, move into the cgroup.
+	if err := os.WriteFile(filepath.Join(s.Cgroup, "self", "cgroup.procs"), []byte(strconv.Itoa(s.Owner.Pid)), 0o644); err != nil {
+		s.lifelineEnd.Close()
+		return fmt.Errorf("moving the test binary into %s: %w", s.Cgroup, err)
+	}
+	current.Store(s)
+	return nil
+}
+
+// newState makes the binary's cgroup below parent and, in a test binary, its temporary folder, and saves the state
+// that names them.
+func newState(parent string) (*state, error) {
 	suite := Suite()
 	self, err := processOf(os.Getpid())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	s := &state{Suite: suite, Owner: self}
 	// A name no other run has, even one in another PID namespace on the same cgroup hierarchy.
 	if s.Cgroup, err = os.MkdirTemp(parent, suite+"-"+strconv.Itoa(self.Pid)+"-"); err != nil {
-		return err
+		return nil, err
 	}
 	if _, err := os.Stat(filepath.Join(s.Cgroup, "cgroup.kill")); err != nil {
 		_ = os.Remove(s.Cgroup)
-		return fmt.Errorf("the kernel has no cgroup.kill (Linux 5.14 or newer): %w", err)
+		return nil, fmt.Errorf("the kernel has no cgroup.kill (Linux 5.14 or newer): %w", err)
 	}
 	if err := os.Mkdir(filepath.Join(s.Cgroup, "self"), 0o755); err != nil {
 		_ = os.Remove(s.Cgroup)
-		return err
+		return nil, err
 	}
 	s.path = filepath.Join(stateDir, filepath.Base(s.Cgroup)+".json")
 	if err := os.MkdirAll(stateDir, 0o755); err != nil {
 		_ = RemoveCgroups(s.Cgroup)
-		return err
+		return nil, err
 	}
 	// In a test binary, temporary folders of the binary and of everything it starts (envtest's etcd data among them)
 	// go in one folder that the reaper removes. A program (the demo, the bench) keeps what it writes there.
 	if testing.Testing() {
 		if s.TempDir, err = os.MkdirTemp("", "cst-"+filepath.Base(s.Cgroup)+"-"); err != nil {
 			_ = RemoveCgroups(s.Cgroup)
-			return err
+			return nil, err
 		}
 	}
 	if err := s.save(); err != nil {
 		_ = RemoveCgroups(s.Cgroup)
+		return nil, err
+	}
+	return s, nil
+}
+
+// startReaper starts the reaper process for s and points this process's temporary folders into s.TempDir.
+func (s *state) startReaper() error {
+	binary, err := os.Executable()
+	if err != nil {
 		return err
 	}
 	// The reaper reads a pipe whose only writer is this process (os.Pipe's ends are close-on-exec, so children do not
@@ -166,15 +190,8 @@ func confine() error {
 	}
 	if err != nil {
 		lifelineEnd.Close()
-		return err
 	}
-	// The reaper stays where it was; this process, and from now on all it starts, move into the cgroup.
-	if err := os.WriteFile(filepath.Join(s.Cgroup, "self", "cgroup.procs"), []byte(strconv.Itoa(self.Pid)), 0o644); err != nil {
-		lifelineEnd.Close()
-		return fmt.Errorf("moving the test binary into %s: %w", s.Cgroup, err)
-	}
-	current.Store(s)
-	return nil
+	return err
 }
 
 // parentCgroup is where the binary's cgroup goes: below the cgroup the binary was started in, so that the limits and

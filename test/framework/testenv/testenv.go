@@ -132,7 +132,39 @@ func Start(opts Options) (*Env, error) {
 	}
 	// Before the first process starts: everything the suite starts from here on dies with it.
 	reaper.ConfineOrWarn()
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	crds, err := crdPaths(opts)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "cilium-selfhosted-envtest-")
+	if err != nil {
+		return nil, err
+	}
+	env := &envtest.Environment{
+		BinaryAssetsDirectory:    os.Getenv("KUBEBUILDER_ASSETS"),
+		CRDInstallOptions:        envtest.CRDInstallOptions{Paths: crds, ErrorIfPathMissing: true},
+		ControlPlaneStartTimeout: 2 * time.Minute,
+		ControlPlaneStopTimeout:  time.Minute,
+		Scheme:                   scheme.New(),
+	}
+	e := &Env{Environment: env, Certificates: opts.Certificates, Dir: dir, APIServerLog: filepath.Join(dir, "kube-apiserver.log"), EtcdLog: filepath.Join(dir, "etcd.log")}
+	if err := e.configureControlPlane(opts); err != nil {
+		e.Stop()
+		return nil, err
+	}
+	if e.Config, err = env.Start(); err != nil {
+		e.Stop()
+		return nil, fmt.Errorf("starting envtest: %w", err)
+	}
+	if err := e.connect(); err != nil {
+		e.Stop()
+		return nil, err
+	}
+	return e, nil
+}
+
+// crdPaths are the files of Gardener's CRDs and, unless opts leave them out, Cilium's.
+func crdPaths(opts Options) ([]string, error) {
 	gardener, err := ModuleDir("github.com/gardener/gardener")
 	if err != nil {
 		return nil, err
@@ -141,71 +173,57 @@ func Start(opts Options) (*Env, error) {
 	for _, f := range GardenerCRDs {
 		crds = append(crds, filepath.Join(gardener, "example", "seed-crds", f))
 	}
-	if !opts.WithoutCiliumCRDs {
-		cilium, err := ciliumCRDPaths()
-		if err != nil {
-			return nil, err
-		}
-		crds = append(crds, cilium...)
+	if opts.WithoutCiliumCRDs {
+		return crds, nil
 	}
+	cilium, err := ciliumCRDPaths()
+	return append(crds, cilium...), err
+}
 
-	dir, err := os.MkdirTemp("", "cilium-selfhosted-envtest-")
-	if err != nil {
-		return nil, err
-	}
-	env := &envtest.Environment{
-		BinaryAssetsDirectory:    assets,
-		CRDInstallOptions:        envtest.CRDInstallOptions{Paths: crds, ErrorIfPathMissing: true},
-		ControlPlaneStartTimeout: 2 * time.Minute,
-		ControlPlaneStopTimeout:  time.Minute,
-		Scheme:                   scheme.New(),
-	}
+// configureControlPlane sets kube-apiserver's flags, certificates and grace period, and where both processes log.
+func (e *Env) configureControlPlane(opts Options) error {
+	apiServer := e.Environment.ControlPlane.GetAPIServer()
 	// Dual-stack Service CIDRs, so that a dual-stack shoot's exposure Service is accepted (RequireDualStack).
-	env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", "10.96.0.0/16,fd00:10:96::/108")
+	apiServer.Configure().Set("service-cluster-ip-range", "10.96.0.0/16,fd00:10:96::/108")
 	// The `kubernetes` Service's endpoint, where Cilium's kube-proxy replacement sends the ClusterIP: by default
 	// kube-apiserver advertises the machine's own address; a documentation address (TEST-NET-2) that no route leads to
 	// keeps whatever dials the ClusterIP off the machine's network. Loopback is not allowed in an endpoint.
-	env.ControlPlane.GetAPIServer().Configure().Set("advertise-address", AdvertiseAddress)
-	// Certificates in a directory of ours: envtest generates new ones into a directory of its own on every start,
-	// which would make RestartAPIServer a different server that no client trusts.
-	apiServer := env.ControlPlane.GetAPIServer()
+	apiServer.Configure().Set("advertise-address", AdvertiseAddress)
 	// kubelet's grace period for kube-apiserver, as Gardener's pod sets it (terminationGracePeriodSeconds: 30 in
 	// pkg/component/kubernetes/apiserver/deployment.go): clients that hold watches over HTTP/2 keep a stopping
 	// kube-apiserver in its graceful shutdown for up to its request timeout (60 s), and kubelet kills it before that.
 	apiServer.StopTimeout = apiServerGracePeriod
-	apiServer.CertDir = filepath.Join(dir, "kube-apiserver")
+	// Certificates in a directory of ours: envtest generates new ones into a directory of its own on every start,
+	// which would make RestartAPIServer a different server that no client trusts.
+	apiServer.CertDir = filepath.Join(e.Dir, "kube-apiserver")
 	if err := os.MkdirAll(apiServer.CertDir, 0o700); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, err
+		return err
 	}
 	if opts.Certificates != nil {
 		if err := opts.Certificates.install(apiServer); err != nil {
-			_ = os.RemoveAll(dir)
-			return nil, err
+			return err
 		}
 	}
-	e := &Env{Environment: env, Certificates: opts.Certificates, Dir: dir, APIServerLog: filepath.Join(dir, "kube-apiserver.log"), EtcdLog: filepath.Join(dir, "etcd.log")}
 	apiServerLog, err := e.createLog(e.APIServerLog)
 	if err != nil {
-		e.Stop()
-		return nil, err
+		return err
 	}
 	apiServer.Out, apiServer.Err = apiServerLog, apiServerLog
 	etcdLog, err := e.createLog(e.EtcdLog)
 	if err != nil {
-		e.Stop()
-		return nil, err
+		return err
 	}
-	env.ControlPlane.Etcd = &envtest.Etcd{Out: etcdLog, Err: etcdLog}
-	if e.Config, err = env.Start(); err != nil {
-		e.Stop()
-		return nil, fmt.Errorf("starting envtest: %w", err)
-	}
+	e.Environment.ControlPlane.Etcd = &envtest.Etcd{Out: etcdLog, Err: etcdLog}
+	return nil
+}
+
+// connect picks the extension's metrics and health addresses and makes the test's client and the cluster-admin
+// kubeconfig for processes.
+func (e *Env) connect() error {
 	for _, addr := range []*string{&e.MetricsAddress, &e.HealthAddress} {
 		port, err := FreePort()
 		if err != nil {
-			e.Stop()
-			return nil, err
+			return err
 		}
 		*addr = "127.0.0.1:" + strconv.Itoa(port)
 	}
@@ -213,27 +231,20 @@ func Start(opts Options) (*Env, error) {
 	// observers of a failover), each of which has client-go's budget of its own in a real cluster; with one shared
 	// budget of 5 requests a second, their waits pile up past the observers' deadlines.
 	e.Config.QPS, e.Config.Burst = 100, 200
+	var err error
 	if e.Client, err = client.New(e.Config, client.Options{Scheme: scheme.New()}); err != nil {
-		e.Stop()
-		return nil, err
+		return err
 	}
-
-	admin, err := env.AddUser(envtest.User{Name: "envtest-admin", Groups: []string{"system:masters"}}, nil)
+	admin, err := e.Environment.AddUser(envtest.User{Name: "envtest-admin", Groups: []string{"system:masters"}}, nil)
 	if err != nil {
-		e.Stop()
-		return nil, err
+		return err
 	}
 	kubeconfig, err := admin.KubeConfig()
 	if err != nil {
-		e.Stop()
-		return nil, err
+		return err
 	}
-	e.Kubeconfig = filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(e.Kubeconfig, kubeconfig, 0o600); err != nil {
-		e.Stop()
-		return nil, err
-	}
-	return e, nil
+	e.Kubeconfig = filepath.Join(e.Dir, "kubeconfig")
+	return os.WriteFile(e.Kubeconfig, kubeconfig, 0o600)
 }
 
 // Stop stops the control plane and removes the scratch directory.

@@ -62,10 +62,6 @@ func TestWebhookOutlivesAPIServerRestart(t *testing.T) {
 		t.Errorf("around the outage the webhook answered %d admissions and failed %d: %v", answered, len(failures), failures)
 	}
 
-	if err := endpointsFollowNewNode(t, "cp-after-restart", "10.0.1.16"); err != nil {
-		t.Errorf("the controllers do not work again after kube-apiserver came back: %v", err)
-	}
-
 	// The path production takes: kube-apiserver calls the webhook with the configuration and CA bundle the leader term
 	// registered. Admission is failurePolicy Ignore, so one that kube-apiserver cannot use passes pods unpinned.
 	rendered, err := ciliumchart.Render(version, ciliumchart.Values(version))
@@ -89,4 +85,8 @@ func TestWebhookOutlivesAPIServerRestart(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), pod) })
 	verifyPod(t, "agent created through kube-apiserver after its restart", pod, want, false, endpoints(t))
+
+	if err := endpointsFollowNewNode(t, "cp-after-restart", "10.0.1.16"); err != nil {
+		t.Errorf("the controllers do not work again after kube-apiserver came back: %v", err)
+	}
 }
