@@ -13,7 +13,7 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/podrun"
 )
 
-// TestAgentsReady: with each chart (Gardener's, which real shoots get, then upstream's of the same Cilium version),
+// TestAgentsReady: with each chart (Gardener's, which real shoots get, and upstream's of the same Cilium version),
 // every agent, started
 // from the pod the webhook admitted for its node, becomes ready and is then connected (by the address pairs of its
 // own sockets) on a control-plane node only to its own node's kube-apiserver at localhost, on a worker only to the
@@ -21,7 +21,7 @@ import (
 // the ClusterIP or the VIP, and nothing reached the `kubernetes` Service's backend, where socket load-balancing leads
 // the ClusterIP.
 func TestAgentsReady(t *testing.T) {
-	for _, chart := range []ciliumnodes.Chart{ciliumnodes.GardenerChart, ciliumnodes.UpstreamChart} {
+	for _, chart := range runningFirst([]ciliumnodes.Chart{ciliumnodes.GardenerChart, ciliumnodes.UpstreamChart}) {
 		t.Run(string(chart), func(t *testing.T) {
 			pods, err := cluster.Run(context.Background(), ciliumnodes.Agents{Chart: chart})
 			if err != nil {
