@@ -50,11 +50,11 @@ func bgpWithdrawals(r *report, runs int) error {
 		return nil
 	}
 	return withCiliumNodes(r, "10", "bgpbench", func(ctx context.Context, env *testenv.Env, cluster *ciliumnodes.Cluster) error {
-		exp, err := cluster.Expose(ctx)
+		exp, err := cluster.L2().Expose(ctx)
 		if err != nil {
 			return err
 		}
-		router, err := cluster.StartRouter(ctx)
+		router, err := cluster.BGP().StartRouter(ctx)
 		if err != nil {
 			return err
 		}
@@ -65,7 +65,7 @@ func bgpWithdrawals(r *report, runs int) error {
 		agentFailures := []ciliumnodes.BGPFailure{ciliumnodes.AgentKilled, ciliumnodes.AgentStopped}
 		for _, p := range bgpProfiles {
 			b.changed = time.Now()
-			if err := cluster.Announce(ctx, exp, ciliumnodes.ExposureConfigBGPWith(ciliumnodes.BGPSettings{HoldTime: p.hold, KeepAlive: p.keepalive})); err != nil {
+			if err := cluster.BGP().Announce(ctx, exp, ciliumnodes.ExposureConfigBGPWith(ciliumnodes.BGPSettings{HoldTime: p.hold, KeepAlive: p.keepalive})); err != nil {
 				return err
 			}
 			for _, failure := range append([]ciliumnodes.BGPFailure{ciliumnodes.NodeLinkDown, ciliumnodes.NodeHung}, agentFailures...) {
@@ -77,7 +77,7 @@ func bgpWithdrawals(r *report, runs int) error {
 		// The default timers from here on; a node's death does not depend on its agent's line.
 		newest := ciliumLines[len(ciliumLines)-1]
 		b.changed = time.Now()
-		if err := cluster.Announce(ctx, exp, ciliumnodes.ExposureConfigBGP); err != nil {
+		if err := cluster.BGP().Announce(ctx, exp, ciliumnodes.ExposureConfigBGP); err != nil {
 			return err
 		}
 		if err := b.outages(ctx, exp); err != nil {
@@ -120,7 +120,7 @@ func (b *bgpBench) outages(ctx context.Context, exp *extensionsv1alpha1.SelfHost
 		if err := b.settle(ctx); err != nil {
 			return err
 		}
-		o, err := b.cluster.StopOneAPIServer(ctx, exp, ciliumnodes.Outage{Attempts: 60, Router: b.router})
+		o, err := b.cluster.L2().StopOneAPIServer(ctx, exp, ciliumnodes.Outage{Attempts: 60, Router: b.router})
 		if err != nil {
 			return err
 		}
@@ -161,7 +161,7 @@ func (b *bgpBench) gracefulRestart(ctx context.Context, exp *extensionsv1alpha1.
 			name = fmt.Sprintf("a rolling update of the agents (maxUnavailable 2, grace period 1 s), graceful restart on (restart time %d s), %d runs", restart, bgpRollouts)
 		}
 		b.changed = time.Now()
-		if err := b.cluster.Announce(ctx, exp, ciliumnodes.ExposureConfigBGPWith(ciliumnodes.BGPSettings{GracefulRestart: restart})); err != nil {
+		if err := b.cluster.BGP().Announce(ctx, exp, ciliumnodes.ExposureConfigBGPWith(ciliumnodes.BGPSettings{GracefulRestart: restart})); err != nil {
 			return err
 		}
 		if _, err := b.cluster.Run(ctx, ciliumnodes.Agents{Chart: ciliumnodes.GardenerChart}); err != nil {
@@ -251,13 +251,13 @@ func (b *bgpBench) withdrawalsFor(ctx context.Context, line ciliumnodes.Chart, p
 		if err := b.settle(ctx); err != nil {
 			return err
 		}
-		if _, _, err := b.cluster.ServedViaEveryNode(ctx, b.router); err != nil {
+		if _, _, err := b.cluster.BGP().ServedViaEveryNode(ctx, b.router); err != nil {
 			return err
 		}
 		node := fixtures.Nodes()[i%len(fixtures.ControlPlaneIPs)]
 		window := time.Duration(p.hold)*time.Second + stale + 30*time.Second
 		failed := time.Now()
-		w, err := b.cluster.FailBGPNode(ctx, b.router, node.Name, failure, window)
+		w, err := b.cluster.BGP().FailNode(ctx, b.router, node.Name, failure, window)
 		if err != nil {
 			return err
 		}

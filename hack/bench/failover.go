@@ -92,7 +92,7 @@ func (m failoverCase) String() string {
 const handoverGoalMedian, handoverGoalMax = 2500 * time.Millisecond, 3 * time.Second
 
 func failovers(ctx context.Context, r *report, cluster *ciliumnodes.Cluster, runs, rollouts int) error {
-	exp, err := cluster.Expose(ctx)
+	exp, err := cluster.L2().Expose(ctx)
 	if err != nil {
 		return err
 	}
@@ -145,7 +145,7 @@ func failoverRuns(ctx context.Context, r *report, cluster *ciliumnodes.Cluster, 
 		if err := cluster.ExtensionArgs(ctx, args...); err != nil {
 			return err
 		}
-		f, err := cluster.FailOver(ctx, exp, m.death)
+		f, err := cluster.L2().FailOver(ctx, exp, m.death)
 		if err != nil {
 			return err
 		}
@@ -197,7 +197,7 @@ func outages(ctx context.Context, r *report, cluster *ciliumnodes.Cluster, exp *
 		if err := cluster.ExtensionArgs(ctx, m.args...); err != nil {
 			return err
 		}
-		o, err := cluster.StopOneAPIServer(ctx, exp, ciliumnodes.Outage{Attempts: 60, Announcer: m.announcer})
+		o, err := cluster.L2().StopOneAPIServer(ctx, exp, ciliumnodes.Outage{Attempts: 60, Announcer: m.announcer})
 		if err != nil {
 			return err
 		}

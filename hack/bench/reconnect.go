@@ -28,12 +28,12 @@ func agentReconnects(r *report, runs int) error {
 		var ways []way
 		for _, death := range []ciliumnodes.Death{ciliumnodes.LinkDown, ciliumnodes.Hung} {
 			ways = append(ways, way{"node " + string(death), func(ctx context.Context) (ciliumnodes.Reconnect, error) {
-				return cluster.BlackHole(ctx, "worker-0", death, 3*time.Minute)
+				return cluster.Reconnects().BlackHole(ctx, "worker-0", death, 3*time.Minute)
 			}})
 		}
 		for _, how := range []ciliumnodes.Disconnection{ciliumnodes.APIServerStopped, ciliumnodes.ConnectionReset} {
 			ways = append(ways, way{string(how), func(ctx context.Context) (ciliumnodes.Reconnect, error) {
-				return cluster.Disconnect(ctx, "worker-0", how, 3*time.Minute)
+				return cluster.Reconnects().Disconnect(ctx, "worker-0", how, 3*time.Minute)
 			}})
 		}
 		for _, defaults := range []bool{false, true} {

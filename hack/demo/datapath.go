@@ -112,15 +112,15 @@ func (d *demo) datapath(ctx context.Context, chart string) ([]string, error) {
 	_ = table.Flush()
 
 	step("Exposing kube-apiserver on the VIP with the chart's operator (on %s) and the agents' L2 announcements", ciliumnodes.OperatorNode)
-	exp, err := cluster.Expose(ctx)
+	exp, err := cluster.L2().Expose(ctx)
 	if err != nil {
 		return nil, err
 	}
-	holder, err := cluster.WaitForLeaseHolder(ctx, exp, "")
+	holder, err := cluster.L2().WaitForLeaseHolder(ctx, exp, "")
 	if err != nil {
 		return nil, err
 	}
-	macs, err := cluster.WaitForARP(ctx, func(macs []string) bool { return len(macs) > 0 })
+	macs, err := cluster.L2().WaitForARP(ctx, func(macs []string) bool { return len(macs) > 0 })
 	if err != nil {
 		return nil, err
 	}
@@ -132,14 +132,14 @@ func (d *demo) datapath(ctx context.Context, chart string) ([]string, error) {
 	if !slices.Equal(macs, []string{holderMAC}) {
 		problems = append(problems, fmt.Sprintf("ARP for the VIP answered by %v, want only the lease holder's %s", macs, holderMAC))
 	}
-	body, err := cluster.ReadyzThroughVIP(ctx)
+	body, err := cluster.L2().ReadyzThroughVIP(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("HTTPS through the VIP: %w", err)
 	}
 	fmt.Printf("GET https://%s:443/readyz from the client, certificate verified under %s: %s\n\n", fixtures.ExposureVIP, ciliumchart.ExternalHost, body)
 
 	step("Killing %s, the announcing node (its link goes down, its agent ends without handing over the lease)", holder)
-	f, err := cluster.FailOver(ctx, exp, ciliumnodes.LinkDown)
+	f, err := cluster.L2().FailOver(ctx, exp, ciliumnodes.LinkDown)
 	if err != nil {
 		return nil, err
 	}
@@ -172,12 +172,12 @@ func bgp(ctx context.Context, cluster *ciliumnodes.Cluster, exp *extensionsv1alp
 	if _, err := cluster.Run(ctx, agents); err != nil {
 		return nil, err
 	}
-	router, err := cluster.StartRouter(ctx)
+	router, err := cluster.BGP().StartRouter(ctx)
 	if err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	if err := cluster.Announce(ctx, exp, ciliumnodes.ExposureConfigBGP); err != nil {
+	if err := cluster.BGP().Announce(ctx, exp, ciliumnodes.ExposureConfigBGP); err != nil {
 		return nil, err
 	}
 	fmt.Printf("\nthe exposure is Succeeded again after %s (it waits until an agent's BGP session advertises the VIP)\n", time.Since(start).Round(100*time.Millisecond))
@@ -208,14 +208,14 @@ func bgp(ctx context.Context, cluster *ciliumnodes.Cluster, exp *extensionsv1alp
 		return nil, err
 	}
 	fmt.Printf("\nthe router's kernel routes %s via %s (one next hop per control-plane node, ECMP)\n", fixtures.ExposureVIP, strings.Join(hops, ", "))
-	took, _, err := cluster.ServedViaEveryNode(ctx, router)
+	took, _, err := cluster.BGP().ServedViaEveryNode(ctx, router)
 	if err != nil {
 		problems = append(problems, err.Error())
 	} else {
 		fmt.Printf("HTTPS through the VIP from %s behind the router worked via every control-plane node (after %s)\n", ciliumnodes.RemoteClientIP, took.Round(100*time.Millisecond))
 	}
 	sport := router.NextSourcePort()
-	body, err := cluster.ReadyzFromRemote(ctx, router, sport)
+	body, err := cluster.BGP().ReadyzFromRemote(ctx, router, sport)
 	if err != nil {
 		return nil, fmt.Errorf("HTTPS through the VIP from behind the router: %w", err)
 	}

@@ -33,35 +33,35 @@ func TestBGP(t *testing.T) {
 	}
 	ctx := context.Background()
 	exp := expose(t)
-	router, err := cluster.StartRouter(ctx)
+	router, err := cluster.BGP().StartRouter(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := cluster.Announce(ctx, exp, fixtures.ExposureConfigL2); err != nil {
+		if err := cluster.BGP().Announce(ctx, exp, fixtures.ExposureConfigL2); err != nil {
 			t.Errorf("back to L2: %v", err)
 		}
-		if _, err := cluster.WaitForLeaseHolder(ctx, exp, ""); err != nil {
+		if _, err := cluster.L2().WaitForLeaseHolder(ctx, exp, ""); err != nil {
 			t.Errorf("back to L2: %v", err)
 		}
-		cluster.StopRouter()
+		cluster.BGP().StopRouter()
 	})
 	through := cluster.Chart()
-	if err := cluster.Announce(ctx, exp, ciliumnodes.ExposureConfigBGP); err != nil {
+	if err := cluster.BGP().Announce(ctx, exp, ciliumnodes.ExposureConfigBGP); err != nil {
 		t.Fatalf("switching the exposure to BGP: %v\n%s", err, router.Log())
 	}
 	// Read right after the exposure was seen Succeeded: the route must be there already.
 	if hops, err := router.NextHops(fixtures.ExposureVIP); err != nil || len(hops) == 0 {
 		neighbors, _ := router.Neighbors(ctx)
 		t.Errorf("the exposure is Succeeded, but the router has no route to the VIP (%v; neighbours %+v)\n%s\n--- the router's log ---\n%s",
-			err, neighbors, cluster.BGPNodeConfigs(ctx), router.Log())
+			err, neighbors, cluster.BGP().NodeConfigs(ctx), router.Log())
 	}
 	if len(exp.Status.Ingress) != 1 || exp.Status.Ingress[0].IP != fixtures.ExposureVIP {
 		t.Errorf("status.ingress %+v, want %s", exp.Status.Ingress, fixtures.ExposureVIP)
 	}
 	// Every node's load balancer serves the VIP by the time the router routes it there: the Service's replacement
 	// leaves no new connection unserved.
-	took, early, err := cluster.ServedViaEveryNode(ctx, router)
+	took, early, err := cluster.BGP().ServedViaEveryNode(ctx, router)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func bgpWithOneAPIServerDown(t *testing.T, exp *extensionsv1alpha1.SelfHostedSho
 	if err := cluster.ExtensionArgs(ctx); err != nil {
 		t.Fatal(err)
 	}
-	o, err := cluster.StopOneAPIServer(ctx, exp, ciliumnodes.Outage{Attempts: ecmpConnections, Router: router})
+	o, err := cluster.L2().StopOneAPIServer(ctx, exp, ciliumnodes.Outage{Attempts: ecmpConnections, Router: router})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,11 +123,11 @@ func bgpWithOneAPIServerDown(t *testing.T, exp *extensionsv1alpha1.SelfHostedSho
 // until its endpoint is published not ready, as under L2. Once the label is gone, the node advertises again.
 func bgpDrainedAPIServerRestart(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure, router *ciliumnodes.Router) {
 	ctx := context.Background()
-	if err := cluster.Announce(ctx, exp, ciliumnodes.ExposureConfigBGPWith(ciliumnodes.BGPSettings{Drainable: true})); err != nil {
+	if err := cluster.BGP().Announce(ctx, exp, ciliumnodes.ExposureConfigBGPWith(ciliumnodes.BGPSettings{Drainable: true})); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := cluster.Announce(ctx, exp, ciliumnodes.ExposureConfigBGP); err != nil {
+		if err := cluster.BGP().Announce(ctx, exp, ciliumnodes.ExposureConfigBGP); err != nil {
 			t.Errorf("back to the exposure's defaults: %v", err)
 		}
 	})
@@ -141,20 +141,20 @@ func bgpDrainedAPIServerRestart(t *testing.T, exp *extensionsv1alpha1.SelfHosted
 	address := cluster.Node(drained).Address()
 	others := slices.DeleteFunc(slices.Clone(fixtures.ControlPlaneIPs), func(ip string) bool { return ip == address })
 	start := time.Now()
-	if err := cluster.Drain(ctx, drained, true); err != nil {
+	if err := cluster.BGP().Drain(ctx, drained, true); err != nil {
 		t.Fatal(err)
 	}
 	undrained := false
 	t.Cleanup(func() {
 		if !undrained {
-			_ = cluster.Drain(ctx, drained, false)
+			_ = cluster.BGP().Drain(ctx, drained, false)
 		}
 	})
 	if err := router.WaitForNextHops(ctx, others); err != nil {
-		t.Fatalf("after labelling %s with %s: %v\n%s", drained, ciliumnodes.DrainLabel, err, cluster.BGPNodeConfigs(ctx))
+		t.Fatalf("after labelling %s with %s: %v\n%s", drained, ciliumnodes.DrainLabel, err, cluster.BGP().NodeConfigs(ctx))
 	}
 	withdrawn := time.Since(start)
-	o, err := cluster.StopOneAPIServer(ctx, exp, ciliumnodes.Outage{Attempts: ecmpConnections, Router: router, Drained: drained})
+	o, err := cluster.L2().StopOneAPIServer(ctx, exp, ciliumnodes.Outage{Attempts: ecmpConnections, Router: router, Drained: drained})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,18 +164,18 @@ func bgpDrainedAPIServerRestart(t *testing.T, exp *extensionsv1alpha1.SelfHosted
 	}
 	undrained = true
 	start = time.Now()
-	if err := cluster.Drain(ctx, drained, false); err != nil {
+	if err := cluster.BGP().Drain(ctx, drained, false); err != nil {
 		t.Fatal(err)
 	}
 	// Two watches of a node's agent that just went through its kube-apiserver's outage may each wait up to a minute
 	// before they retry (WaitForDrainCopied): the Node's, before the agent copies the label's removal for the
 	// operator, and the CiliumBGPNodeConfigs', before it sees the operator's new one.
-	if err := cluster.WaitForDrainCopied(ctx, drained, false, 3*time.Minute); err != nil {
-		t.Fatalf("%s's agent did not copy the removal of %s onto its CiliumNode: %v\n%s", drained, ciliumnodes.DrainLabel, err, cluster.BGPNodeConfigs(ctx))
+	if err := cluster.BGP().WaitForDrainCopied(ctx, drained, false, 3*time.Minute); err != nil {
+		t.Fatalf("%s's agent did not copy the removal of %s onto its CiliumNode: %v\n%s", drained, ciliumnodes.DrainLabel, err, cluster.BGP().NodeConfigs(ctx))
 	}
 	copied := time.Since(start)
 	if err := router.WaitForEveryNextHop(ctx); err != nil {
-		t.Fatalf("after removing %s from %s: %v\n%s", ciliumnodes.DrainLabel, drained, err, cluster.BGPNodeConfigs(ctx))
+		t.Fatalf("after removing %s from %s: %v\n%s", ciliumnodes.DrainLabel, drained, err, cluster.BGP().NodeConfigs(ctx))
 	}
 	t.Logf("%s drained: its route withdrawn %s after the label; its kube-apiserver down: %d of %d new connections from behind the router failed, the last %s after the stop, "+
 		"published not ready after %s, %d failed after that; back: published ready after %s, %d of %d failed; undrained: the label's removal on its CiliumNode after %s, its route back after %s",
@@ -205,7 +205,7 @@ func bgpAdvertised(t *testing.T, router *ciliumnodes.Router, line ciliumnodes.Ch
 	if !slices.Equal(established, fixtures.ControlPlaneIPs) {
 		t.Errorf("established sessions with %v (%+v), want exactly the control-plane nodes %v", established, neighbors, fixtures.ControlPlaneIPs)
 	}
-	took, early, err := cluster.ServedViaEveryNode(ctx, router)
+	took, early, err := cluster.BGP().ServedViaEveryNode(ctx, router)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func bgpAdvertised(t *testing.T, router *ciliumnodes.Router, line ciliumnodes.Ch
 	var failures []string
 	for range ecmpConnections {
 		sport := router.NextSourcePort()
-		_, err := cluster.ReadyzFromRemote(ctx, router, sport)
+		_, err := cluster.BGP().ReadyzFromRemote(ctx, router, sport)
 		hop := router.Hop(ctx, sport)
 		via[hop]++
 		if err != nil {
@@ -244,7 +244,7 @@ func bgpAdvertised(t *testing.T, router *ciliumnodes.Router, line ciliumnodes.Ch
 func bgpWithdrawals(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure, router *ciliumnodes.Router) {
 	ctx := context.Background()
 	t.Cleanup(func() {
-		if err := cluster.Announce(ctx, exp, ciliumnodes.ExposureConfigBGP); err != nil {
+		if err := cluster.BGP().Announce(ctx, exp, ciliumnodes.ExposureConfigBGP); err != nil {
 			t.Errorf("back to the default timers: %v", err)
 		}
 	})
@@ -261,7 +261,7 @@ func bgpWithdrawals(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposur
 		if profile.hold != 9 {
 			config = ciliumnodes.ExposureConfigBGPWith(ciliumnodes.BGPSettings{HoldTime: profile.hold, KeepAlive: profile.keepalive})
 		}
-		if err := cluster.Announce(ctx, exp, config); err != nil {
+		if err := cluster.BGP().Announce(ctx, exp, config); err != nil {
 			t.Fatal(err)
 		}
 		hold := time.Duration(profile.hold) * time.Second
@@ -284,7 +284,7 @@ func bgpWithdrawals(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposur
 				}
 				node := fixtures.Nodes()[i%len(fixtures.ControlPlaneIPs)].Name
 				i++
-				w, err := cluster.FailBGPNode(ctx, router, node, failure, hold+10*time.Second)
+				w, err := cluster.BGP().FailNode(ctx, router, node, failure, hold+10*time.Second)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -319,7 +319,7 @@ const rolloutRestartTime = 60
 func bgpRollingUpdate(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure, router *ciliumnodes.Router) {
 	ctx := context.Background()
 	t.Cleanup(func() {
-		if err := cluster.Announce(ctx, exp, ciliumnodes.ExposureConfigBGP); err != nil {
+		if err := cluster.BGP().Announce(ctx, exp, ciliumnodes.ExposureConfigBGP); err != nil {
 			t.Errorf("back to the exposure's defaults: %v", err)
 		}
 	})
@@ -328,7 +328,7 @@ func bgpRollingUpdate(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExpos
 		restart int
 	}{{"graceful restart off", 0}, {"graceful restart on", rolloutRestartTime}} {
 		t.Run(gr.name, func(t *testing.T) {
-			if err := cluster.Announce(ctx, exp, ciliumnodes.ExposureConfigBGPWith(ciliumnodes.BGPSettings{GracefulRestart: gr.restart})); err != nil {
+			if err := cluster.BGP().Announce(ctx, exp, ciliumnodes.ExposureConfigBGPWith(ciliumnodes.BGPSettings{GracefulRestart: gr.restart})); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := cluster.Run(ctx, ciliumnodes.Agents{Chart: ciliumnodes.GardenerChart}); err != nil {

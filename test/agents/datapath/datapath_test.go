@@ -94,13 +94,13 @@ func TestBlackHoledControlPlaneNode(t *testing.T) {
 			if _, err := cluster.Run(ctx, ciliumnodes.Agents{ClientDefaults: tc.defaults}); err != nil {
 				t.Fatal(err)
 			}
-			r, err := cluster.BlackHole(ctx, "worker-0", tc.death, bound)
+			r, err := cluster.Reconnects().BlackHole(ctx, "worker-0", tc.death, bound)
 			if tc.defaults {
 				if err == nil {
 					t.Fatalf("with the defaults, the agent left dead %s for %s after %s, before client-go's health check could have closed the connection", r.From, r.To, r.After)
 				}
 				// It does get over it, once the defaults close the connection.
-				r, err = cluster.WaitForReconnect(ctx, r, 2*time.Minute)
+				r, err = cluster.Reconnects().WaitForReconnect(ctx, r, 2*time.Minute)
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -123,7 +123,7 @@ func TestConnectionEndsWithNodeUp(t *testing.T) {
 			if _, err := cluster.Run(ctx, ciliumnodes.Agents{}); err != nil {
 				t.Fatal(err)
 			}
-			r, err := cluster.Disconnect(ctx, "worker-0", how, bound)
+			r, err := cluster.Reconnects().Disconnect(ctx, "worker-0", how, bound)
 			if err != nil {
 				t.Fatal(err)
 			}

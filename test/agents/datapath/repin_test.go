@@ -85,7 +85,7 @@ func TestControlPlaneNodesAtNewAddresses(t *testing.T) {
 	}
 	moved = moveNodes(t, map[string]string{"cp-0": "10.0.1.40", "cp-1": "10.0.1.41", "cp-2": "10.0.1.42"})
 	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, repinBound, true, func(context.Context) (bool, error) {
-		_, err := cluster.ConnectedTo(worker)
+		_, err := cluster.Reconnects().ConnectedTo(worker)
 		return err == nil || cluster.AgentPod(worker).UID != pod.UID, nil
 	})
 	if err == nil {
@@ -100,7 +100,7 @@ func TestControlPlaneNodesAtNewAddresses(t *testing.T) {
 func connected(t *testing.T, worker string) {
 	t.Helper()
 	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, repinBound, true, func(context.Context) (bool, error) {
-		_, err := cluster.ConnectedTo(worker)
+		_, err := cluster.Reconnects().ConnectedTo(worker)
 		return err == nil, nil
 	}); err != nil {
 		t.Fatalf("the agent on %s is connected to no control-plane node: %v: %v", worker, peers(worker), err)
@@ -162,7 +162,7 @@ func restoreAddresses(t *testing.T, worker string, restartExtension bool) {
 		if pod == nil || !slices.Equal(sortedAliases(pod), fixtures.ControlPlaneIPs) {
 			return false, nil
 		}
-		_, err := cluster.ConnectedTo(worker)
+		_, err := cluster.Reconnects().ConnectedTo(worker)
 		return err == nil, nil
 	}); err != nil {
 		t.Errorf("after the control-plane nodes got their addresses back, the agent on %s is not pinned to them and connected: %v, %s", worker, err, peers(worker))

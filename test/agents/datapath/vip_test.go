@@ -22,7 +22,7 @@ func expose(t *testing.T) *extensionsv1alpha1.SelfHostedShootExposure {
 	if _, err := cluster.Run(ctx, ciliumnodes.Agents{}); err != nil {
 		t.Fatal(err)
 	}
-	exp, err := cluster.Expose(ctx)
+	exp, err := cluster.L2().Expose(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,14 +61,14 @@ func vipAnnounced(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure,
 	if _, err := cluster.Run(ctx, ciliumnodes.Agents{Chart: line}); err != nil {
 		t.Fatal(err)
 	}
-	holder, err := cluster.WaitForLeaseHolder(ctx, exp, "")
+	holder, err := cluster.L2().WaitForLeaseHolder(ctx, exp, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !cluster.Node(holder).ControlPlane {
 		t.Errorf("%s holds the announcement lease, but is no control-plane node", holder)
 	}
-	macs, err := cluster.WaitForARP(ctx, func(macs []string) bool { return len(macs) > 0 })
+	macs, err := cluster.L2().WaitForARP(ctx, func(macs []string) bool { return len(macs) > 0 })
 	if err != nil {
 		t.Fatalf("nobody answers ARP for %s: %v", fixtures.ExposureVIP, err)
 	}
@@ -79,7 +79,7 @@ func vipAnnounced(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure,
 	if !slices.Equal(macs, []string{want}) {
 		t.Errorf("ARP for %s answered by %v, want only %s of the lease holder %s", fixtures.ExposureVIP, macs, want, holder)
 	}
-	body, err := cluster.ReadyzThroughVIP(ctx)
+	body, err := cluster.L2().ReadyzThroughVIP(ctx)
 	if err != nil {
 		t.Fatalf("HTTPS through the VIP: %v", err)
 	}
@@ -127,7 +127,7 @@ func vipFailovers(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure,
 			if err := cluster.ExtensionArgs(ctx, args...); err != nil {
 				t.Fatal(err)
 			}
-			f, err := cluster.FailOver(ctx, exp, tc.death)
+			f, err := cluster.L2().FailOver(ctx, exp, tc.death)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -137,12 +137,12 @@ func vipFailovers(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure,
 			if f.To == f.From || !cluster.Node(f.To).ControlPlane {
 				t.Errorf("the lease went from %s to %s", f.From, f.To)
 			}
-			macs, err := cluster.ARP(fixtures.ExposureVIP)
+			macs, err := cluster.L2().ARP(fixtures.ExposureVIP)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if want, err := cluster.Node(f.To).MAC(); err != nil || !slices.Equal(macs, []string{want}) {
-				t.Errorf("ARP answered by %v (%v), want only the new holder %s's %s (%v)", macs, cluster.Answerers(macs), f.To, want, err)
+				t.Errorf("ARP answered by %v (%v), want only the new holder %s's %s (%v)", macs, cluster.L2().Answerers(macs), f.To, want, err)
 			}
 			// The handover sticks: the node it handed the lease to keeps it.
 			switch handedOver := "from " + f.From + " to " + f.To + ":"; {
@@ -211,7 +211,7 @@ func vipWithOneAPIServerDown(t *testing.T, exp *extensionsv1alpha1.SelfHostedSho
 			if err := cluster.ExtensionArgs(ctx); err != nil {
 				t.Fatal(err)
 			}
-			o, err := cluster.StopOneAPIServer(ctx, exp, ciliumnodes.Outage{Attempts: 30, Announcer: tc.announcer})
+			o, err := cluster.L2().StopOneAPIServer(ctx, exp, ciliumnodes.Outage{Attempts: 30, Announcer: tc.announcer})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -56,7 +56,7 @@ func (c *Cluster) WaitForRepin(ctx context.Context, name string, old types.UID, 
 			return false, nil
 		}
 		var err error
-		r.To, err = c.ConnectedTo(name)
+		r.To, err = c.Reconnects().ConnectedTo(name)
 		return err == nil, nil
 	})
 	r.After = time.Since(since)

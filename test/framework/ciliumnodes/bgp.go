@@ -102,7 +102,7 @@ func (r *Router) NextSourcePort() int { return 40000 + int(r.sourcePort.Add(1)%2
 // StartRouter plugs the router into the nodes' segment with the client network behind it, gives every node a route
 // to that network (Cilium imports no BGP route) and to the VIP through it, and runs FRR with the configuration docs/bgp.md gives
 // operators, verbatim. Close stops it; so does StopRouter.
-func (c *Cluster) StartRouter(ctx context.Context) (*Router, error) {
+func (c BGP) StartRouter(ctx context.Context) (*Router, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.router != nil {
@@ -168,7 +168,7 @@ func (c *Cluster) StartRouter(ctx context.Context) (*Router, error) {
 // StopRouter stops the router and its capture and removes the network behind it, so that the tests after a BGP one
 // find the segment as they would without it; the nodes keep their routes through it, which lead nowhere then. The
 // router's own namespace goes with the segment.
-func (c *Cluster) StopRouter() {
+func (c BGP) StopRouter() {
 	if c.router != nil {
 		c.router.Stop()
 		c.router.hops.stop()
@@ -234,12 +234,12 @@ func (r *Router) WaitForNextHops(ctx context.Context, want []string) error {
 // ServedViaEveryNode sends new connections through the VIP from behind the router until one has worked via each
 // control-plane node, for at most a minute, and says how long that took and which failed before: a node advertises
 // the VIP before its load balancer may serve it.
-func (c *Cluster) ServedViaEveryNode(ctx context.Context, r *Router) (time.Duration, []string, error) {
+func (c BGP) ServedViaEveryNode(ctx context.Context, r *Router) (time.Duration, []string, error) {
 	return c.ServedVia(ctx, r, fixtures.ControlPlaneIPs, time.Minute)
 }
 
 // ServedVia is ServedViaEveryNode for the nodes (their InternalIPs) via, for at most within.
-func (c *Cluster) ServedVia(ctx context.Context, r *Router, via []string, within time.Duration) (time.Duration, []string, error) {
+func (c BGP) ServedVia(ctx context.Context, r *Router, via []string, within time.Duration) (time.Duration, []string, error) {
 	start := time.Now()
 	served := map[string]bool{}
 	var early []string
@@ -256,14 +256,14 @@ func (c *Cluster) ServedVia(ctx context.Context, r *Router, via []string, within
 	})
 	if err != nil {
 		return time.Since(start), early, fmt.Errorf("HTTPS through the VIP from behind the router did not work via each of %v within %s: it did via %v: %w; "+
-			"ICMP unreachables the kernels sent: %v; agents %s; failures %v", via, within, served, err, c.UnreachablesSent(), c.AgentViews(context.WithoutCancel(ctx)), early)
+			"ICMP unreachables the kernels sent: %v; agents %s; failures %v", via, within, served, err, c.UnreachablesSent(), c.L2().AgentViews(context.WithoutCancel(ctx)), early)
 	}
 	return time.Since(start), early, nil
 }
 
-// BGPNodeConfigs describes the CiliumBGPNodeConfigs that Cilium's operator made, with each peer's state as the node's
+// NodeConfigs describes the CiliumBGPNodeConfigs that Cilium's operator made, with each peer's state as the node's
 // agent reports it, and the tail of each control-plane agent's log: what to read when a node does not peer.
-func (c *Cluster) BGPNodeConfigs(ctx context.Context) string {
+func (c BGP) NodeConfigs(ctx context.Context) string {
 	list := &ciliumv2.CiliumBGPNodeConfigList{}
 	if err := c.env.Client.List(ctx, list); err != nil {
 		return err.Error()
@@ -303,7 +303,7 @@ func (c *Cluster) BGPNodeConfigs(ctx context.Context) string {
 }
 
 // Drain labels the node with DrainLabel (drain) or removes the label, as an operator does with docs/bgp.md's drain.
-func (c *Cluster) Drain(ctx context.Context, node string, drain bool) error {
+func (c BGP) Drain(ctx context.Context, node string, drain bool) error {
 	n := &corev1.Node{}
 	if err := c.env.Client.Get(ctx, client.ObjectKey{Name: node}, n); err != nil {
 		return err
@@ -323,7 +323,7 @@ func (c *Cluster) Drain(ctx context.Context, node string, drain bool) error {
 // mutateNodeResource). After an outage of its kube-apiserver the agent sees the Node's change only once its watch
 // is back: client-go's reflector retries a failed watch after 0.8 s doubling to 30 s, with jitter up to twice that,
 // and forgets that back-off only after 2 min without a failure (tools/cache/reflector.go defaultBackoff*).
-func (c *Cluster) WaitForDrainCopied(ctx context.Context, node string, drained bool, within time.Duration) error {
+func (c BGP) WaitForDrainCopied(ctx context.Context, node string, drained bool, within time.Duration) error {
 	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, within, true, func(ctx context.Context) (bool, error) {
 		cn := &ciliumv2.CiliumNode{}
 		if err := c.env.Client.Get(ctx, client.ObjectKey{Name: node}, cn); err != nil {
@@ -336,7 +336,7 @@ func (c *Cluster) WaitForDrainCopied(ctx context.Context, node string, drained b
 
 // UnreachablesSent counts, per host (the router and each node), the ICMP destination-unreachable messages its kernel
 // has sent: where a "no route to host" comes from, when it is the kernel's (Cilium's BPF programs send theirs apart).
-func (c *Cluster) UnreachablesSent() map[string]int {
+func (c BGP) UnreachablesSent() map[string]int {
 	count := func(ns string) int {
 		out, err := exec.Command("ip", "netns", "exec", ns, "nstat", "-asz", "IcmpOutDestUnreachs").Output()
 		if err != nil {
@@ -362,7 +362,7 @@ func (c *Cluster) UnreachablesSent() map[string]int {
 
 // ReadyzFromRemote sends GET /readyz through the VIP from the client behind the router, from its port sport (0: any),
 // verifying kube-apiserver's certificate under the shoot's API name as every client of the VIP does.
-func (c *Cluster) ReadyzFromRemote(ctx context.Context, r *Router, sport int) (string, error) {
+func (c BGP) ReadyzFromRemote(ctx context.Context, r *Router, sport int) (string, error) {
 	return c.readyzThroughVIP(ctx, r.dialer(sport))
 }
 
@@ -381,7 +381,7 @@ func (r *Router) dialer(sport int) func(ctx context.Context, network, addr strin
 
 // Announce sets the exposure's providerConfig in the shoot (as an operator changes the Shoot and gardenlet the
 // Cluster), asks for a reconciliation as Gardener does, and waits until the exposure is ready again.
-func (c *Cluster) Announce(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, providerConfig string) error {
+func (c BGP) Announce(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, providerConfig string) error {
 	if err := c.env.UpdateShoot(ctx, func(shoot *gardencorev1beta1.Shoot) { fixtures.WithExposureConfig(shoot, providerConfig) }); err != nil {
 		return err
 	}
@@ -439,10 +439,10 @@ const (
 	withdrawalAttemptInterval = 100 * time.Millisecond
 )
 
-// FailBGPNode fails the control-plane node name as failure says and watches the router's route to the VIP every 20
+// FailNode fails the control-plane node name as failure says and watches the router's route to the VIP every 20
 // ms until the node is no longer a next hop, for at most window, while new connections go through the VIP from behind
 // the router (each with a 2 s timeout, started in parallel). The node stays failed until the next Run.
-func (c *Cluster) FailBGPNode(ctx context.Context, r *Router, name string, failure BGPFailure, window time.Duration) (Withdrawal, error) {
+func (c BGP) FailNode(ctx context.Context, r *Router, name string, failure BGPFailure, window time.Duration) (Withdrawal, error) {
 	w := Withdrawal{Node: name, Failure: failure}
 	n := c.nodes[name]
 	if n == nil || !n.ControlPlane {

@@ -12,6 +12,10 @@
 //
 // Kubernetes' own DaemonSet controller and scheduler create and bind the agent pods of Gardener's chart; the harness
 // is the nodes' kubelet (kubelet.go), the one component that cannot run here.
+//
+// Cluster holds the nodes, their links and agents (cluster.go, node.go, lan.go, agents.go, kubelet.go, rollout.go,
+// addresses.go); the scenarios are cut by concern into views of it: L2 (the exposure under L2 and its failover,
+// exposure.go), BGP (the router and the exposure under BGP, bgp.go) and Reconnects (reconnect.go).
 package ciliumnodes
 
 import (
@@ -234,7 +238,7 @@ func (c *Cluster) Close() {
 			fmt.Fprintln(os.Stderr, err)
 		}
 	}
-	c.StopRouter()
+	c.BGP().StopRouter()
 	if c.lan != nil {
 		c.lan.close()
 	}
@@ -277,3 +281,22 @@ func (c *Cluster) NodeByIP(ip string) *Node {
 	}
 	return nil
 }
+
+// L2 is the exposure under L2 announcements: the VIP, who holds Cilium's lease and answers ARP, failover and one
+// kube-apiserver's outage.
+type L2 struct{ *Cluster }
+
+// L2 is the cluster's exposure under L2 announcements.
+func (c *Cluster) L2() L2 { return L2{c} }
+
+// BGP is the exposure under BGP: the top-of-rack router, the announcement's settings, draining, withdrawals.
+type BGP struct{ *Cluster }
+
+// BGP is the cluster's exposure under BGP.
+func (c *Cluster) BGP() BGP { return BGP{c} }
+
+// Reconnects are a worker's agent's connection to kube-apiserver ending, and how it gets over that.
+type Reconnects struct{ *Cluster }
+
+// Reconnects are the cluster's reconnect scenarios.
+func (c *Cluster) Reconnects() Reconnects { return Reconnects{c} }

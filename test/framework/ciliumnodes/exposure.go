@@ -39,7 +39,7 @@ import (
 // Expose runs the agents unless they run, starts the operator of Gardener's chart from its admitted pod, creates the shoot's
 // exposure as gardenadm does, waits until the extension reports the VIP and an agent holds the announcement lease,
 // once.
-func (c *Cluster) Expose(ctx context.Context) (*extensionsv1alpha1.SelfHostedShootExposure, error) {
+func (c L2) Expose(ctx context.Context) (*extensionsv1alpha1.SelfHostedShootExposure, error) {
 	c.mu.Lock()
 	running := c.running
 	c.mu.Unlock()
@@ -110,13 +110,13 @@ func (c *Cluster) runOperator(ctx context.Context) error {
 }
 
 // AnnouncementLease is Cilium's L2 announcement lease of the exposure's Service.
-func (c *Cluster) AnnouncementLease(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) (*coordinationv1.Lease, error) {
+func (c L2) AnnouncementLease(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) (*coordinationv1.Lease, error) {
 	lease := &coordinationv1.Lease{}
 	return lease, c.env.Client.Get(ctx, l2handover.LeaseKey(exp), lease)
 }
 
 // LeaseHolder is the node that holds the exposure's L2 announcement lease, "" when none does.
-func (c *Cluster) LeaseHolder(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) (string, error) {
+func (c L2) LeaseHolder(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) (string, error) {
 	lease, err := c.AnnouncementLease(ctx, exp)
 	if err != nil || lease.Spec.HolderIdentity == nil {
 		return "", client.IgnoreNotFound(err)
@@ -125,7 +125,7 @@ func (c *Cluster) LeaseHolder(ctx context.Context, exp *extensionsv1alpha1.SelfH
 }
 
 // WaitForLeaseHolder waits until a node other than not holds the lease, and returns it.
-func (c *Cluster) WaitForLeaseHolder(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, not string) (string, error) {
+func (c L2) WaitForLeaseHolder(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, not string) (string, error) {
 	var holder string
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		var err error
@@ -140,7 +140,7 @@ func (c *Cluster) WaitForLeaseHolder(ctx context.Context, exp *extensionsv1alpha
 
 // leaseDuration is the duration written in the exposure's L2 announcement lease by its holder.
 func (c *Cluster) leaseDuration(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) time.Duration {
-	lease, err := c.AnnouncementLease(ctx, exp)
+	lease, err := c.L2().AnnouncementLease(ctx, exp)
 	if err != nil || lease.Spec.LeaseDurationSeconds == nil {
 		return 0
 	}
@@ -165,10 +165,10 @@ var macPattern = regexp.MustCompile(`\[([0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5})\]`)
 
 // ARP asks for ip from the client three times, as a host on the segment does, and returns the MAC addresses that
 // answered.
-func (c *Cluster) ARP(ip string) ([]string, error) { return c.arping(ip, "-c", "3", "-w", "4") }
+func (c L2) ARP(ip string) ([]string, error) { return c.arping(ip, "-c", "3", "-w", "4") }
 
 // Answerers names the nodes whose MAC addresses are in macs, in their order; an address of no node stays as it is.
-func (c *Cluster) Answerers(macs []string) []string {
+func (c L2) Answerers(macs []string) []string {
 	names := slices.Clone(macs)
 	for _, n := range c.nodes {
 		if mac, err := n.MAC(); err == nil {
@@ -196,7 +196,7 @@ func (c *Cluster) arping(ip string, args ...string) ([]string, error) {
 }
 
 // WaitForARP waits until the VIP is answered by ARP from the client, and returns who answered.
-func (c *Cluster) WaitForARP(ctx context.Context, done func(macs []string) bool) ([]string, error) {
+func (c L2) WaitForARP(ctx context.Context, done func(macs []string) bool) ([]string, error) {
 	var macs []string
 	err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(context.Context) (bool, error) {
 		var err error
@@ -208,7 +208,7 @@ func (c *Cluster) WaitForARP(ctx context.Context, done func(macs []string) bool)
 
 // ReadyzThroughVIP sends GET /readyz from the client to the VIP, verifying the certificate under the shoot's
 // external API name, as a kubelet or a user does, with the test's admin credentials.
-func (c *Cluster) ReadyzThroughVIP(ctx context.Context) (string, error) {
+func (c L2) ReadyzThroughVIP(ctx context.Context) (string, error) {
 	return c.readyzThroughVIP(ctx, c.Client.DialContext)
 }
 
@@ -267,7 +267,7 @@ const (
 // FailOver kills the lease holder's node as death says, its agent without a chance to hand over the lease, and
 // measures until another node answers ARP for the VIP and HTTPS through the VIP works again. The dead node stays dead
 // until the next Run.
-func (c *Cluster) FailOver(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, death Death) (Failover, error) {
+func (c L2) FailOver(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, death Death) (Failover, error) {
 	var f Failover
 	dead, deadMAC, err := c.settledHolder(ctx, exp)
 	if err != nil {
@@ -323,7 +323,7 @@ func (c *Cluster) readyForFailover(ctx context.Context, exp *extensionsv1alpha1.
 	if err := c.Client.IP("neigh", "flush", "to", fixtures.ExposureVIP); err != nil {
 		return 0, err
 	}
-	if _, err := c.ReadyzThroughVIP(ctx); err != nil {
+	if _, err := c.L2().ReadyzThroughVIP(ctx); err != nil {
 		return 0, fmt.Errorf("before the failover, HTTPS through the VIP: %w", err)
 	}
 	if entry := c.clientNeighbour(); !strings.Contains(entry, holderMAC) {
@@ -388,7 +388,7 @@ func (c *Cluster) settledHolder(ctx context.Context, exp *extensionsv1alpha1.Sel
 	var holder, mac string
 	var macs, holders []string
 	err = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
-		h, err := c.LeaseHolder(ctx, exp)
+		h, err := c.L2().LeaseHolder(ctx, exp)
 		if err != nil || c.nodes[h] == nil {
 			return false, err
 		}
@@ -398,7 +398,7 @@ func (c *Cluster) settledHolder(ctx context.Context, exp *extensionsv1alpha1.Sel
 		if mac, err = c.nodes[h].MAC(); err != nil {
 			return false, err
 		}
-		macs, err = c.ARP(fixtures.ExposureVIP)
+		macs, err = c.L2().ARP(fixtures.ExposureVIP)
 		return slices.Equal(macs, []string{mac}), err
 	})
 	if err != nil {
@@ -411,7 +411,7 @@ func (c *Cluster) settledHolder(ctx context.Context, exp *extensionsv1alpha1.Sel
 			}
 		}
 		return nil, "", fmt.Errorf("ARP for the VIP is answered by %v (%v), want only the lease holder %q's %s "+
-			"(holders seen %v; handovers meanwhile %q): %w", macs, c.Answerers(macs), holder, mac, holders, handovers, err)
+			"(holders seen %v; handovers meanwhile %q): %w", macs, c.L2().Answerers(macs), holder, mac, holders, handovers, err)
 	}
 	return c.nodes[holder], mac, nil
 }
@@ -433,7 +433,7 @@ func (c *Cluster) firstHTTPS(ctx context.Context, timeout time.Duration) (time.T
 		attempts.Go(func() {
 			attempt, cancelAttempt := context.WithTimeout(ctx, time.Second)
 			defer cancelAttempt()
-			if _, err := c.ReadyzThroughVIP(attempt); err == nil {
+			if _, err := c.L2().ReadyzThroughVIP(attempt); err == nil {
 				select {
 				case succeeded <- time.Now():
 				default:
@@ -535,14 +535,14 @@ type APIServerOutage struct {
 func (c *Cluster) failure(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, after time.Duration, a outageAttempt) string {
 	where := "via " + a.hop
 	if !a.bgp {
-		holder, err := c.LeaseHolder(ctx, exp)
+		holder, err := c.L2().LeaseHolder(ctx, exp)
 		if err != nil {
 			holder = "unknown"
 		}
 		where = fmt.Sprintf("lease held by %s, client's neighbour entry %q", holder, c.clientNeighbour())
 	}
 	return fmt.Sprintf("%s (%s, agents %s, published %s): %v",
-		after.Round(100*time.Millisecond), where, c.AgentViews(ctx), c.publishedEndpoints(ctx, exp), a.err)
+		after.Round(100*time.Millisecond), where, c.L2().AgentViews(ctx), c.publishedEndpoints(ctx, exp), a.err)
 }
 
 // outageTail is how many requests are sent after the outage settled and after the endpoint is published as ready
@@ -578,7 +578,7 @@ func (c *Cluster) outageAttempt(ctx context.Context, r *Router) outageAttempt {
 	sport := r.NextSourcePort()
 	attemptCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	_, err := c.ReadyzFromRemote(attemptCtx, r, sport)
+	_, err := c.BGP().ReadyzFromRemote(attemptCtx, r, sport)
 	return outageAttempt{bgp: true, hop: r.Hop(ctx, sport), err: err}
 }
 
@@ -586,7 +586,7 @@ func (c *Cluster) outageAttempt(ctx context.Context, r *Router) outageAttempt {
 // new requests through the VIP, about every 200 ms: o.Attempts of them (at least), outageTail more once the outage
 // settled (Settled), and on until the last outageTail succeeded, for at most two minutes. Then it starts the
 // kube-apiserver again and sends requests until outageTail after it is published as ready again.
-func (c *Cluster) StopOneAPIServer(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, o Outage) (out APIServerOutage, err error) {
+func (c L2) StopOneAPIServer(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, o Outage) (out APIServerOutage, err error) {
 	announcer := o.Announcer && o.Router == nil
 	holder, err := c.servingBeforeOutage(ctx, exp, o)
 	if err != nil {
@@ -598,7 +598,7 @@ func (c *Cluster) StopOneAPIServer(ctx context.Context, exp *extensionsv1alpha1.
 		}
 		return n.ControlPlane && (n.Name == holder) == announcer
 	})
-	m := &outageMeasurement{c: c, exp: exp, router: o.Router, announcer: announcer, down: c.Nodes()[i]}
+	m := &outageMeasurement{c: c.Cluster, exp: exp, router: o.Router, announcer: announcer, down: c.Nodes()[i]}
 	m.out.Node, m.out.Announcer, m.out.Holder = m.down.Name, announcer, holder
 	c.disturb(m.down.Name)
 	if err := m.down.SwitchAPIServer(false); err != nil {
@@ -634,7 +634,7 @@ func (c *Cluster) servingBeforeOutage(ctx context.Context, exp *extensionsv1alph
 		return "", fmt.Errorf("only a control-plane node under BGP can be drained, not %q", o.Drained)
 	}
 	if o.Router == nil {
-		return c.WaitUntilServing(ctx, exp)
+		return c.L2().WaitUntilServing(ctx, exp)
 	}
 	announcing := slices.DeleteFunc(slices.Clone(fixtures.ControlPlaneIPs), func(ip string) bool {
 		return o.Drained != "" && ip == c.nodes[o.Drained].Address()
@@ -642,7 +642,7 @@ func (c *Cluster) servingBeforeOutage(ctx context.Context, exp *extensionsv1alph
 	if err := o.Router.WaitForNextHops(ctx, announcing); err != nil {
 		return "", err
 	}
-	_, _, err := c.ServedVia(ctx, o.Router, announcing, time.Minute)
+	_, _, err := c.BGP().ServedVia(ctx, o.Router, announcing, time.Minute)
 	return "", err
 }
 
@@ -673,7 +673,7 @@ func (m *outageMeasurement) whileDown(ctx context.Context, attempts int) error {
 			out.TakenOut = time.Since(start)
 		}
 		if m.announcer && out.Moved == 0 {
-			if now, err := m.c.LeaseHolder(ctx, m.exp); err == nil && now != "" && now != m.down.Name {
+			if now, err := m.c.L2().LeaseHolder(ctx, m.exp); err == nil && now != "" && now != m.down.Name {
 				out.Moved = time.Since(start)
 			}
 		}
@@ -769,7 +769,7 @@ func (c *Cluster) clientNeighbour() string {
 
 // AgentViews says, for every control-plane node, which backends its agent load-balances the VIP to and which
 // kube-apiservers it is connected to.
-func (c *Cluster) AgentViews(ctx context.Context) string {
+func (c L2) AgentViews(ctx context.Context) string {
 	var views []string
 	for _, n := range c.Nodes() {
 		if n.ControlPlane {
@@ -804,7 +804,7 @@ const servingInARow = 5
 // succeed through it, and returns the holder. An agent reports ready and takes the lease before its programs are
 // attached to the node's device (they are compiled first, for seconds when agents start together): until then the
 // VIP goes unanswered.
-func (c *Cluster) WaitUntilServing(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) (string, error) {
+func (c L2) WaitUntilServing(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) (string, error) {
 	holder, _, err := c.settledHolder(ctx, exp)
 	if err != nil {
 		return "", err
@@ -828,7 +828,7 @@ func (c *Cluster) WaitUntilServing(ctx context.Context, exp *extensionsv1alpha1.
 func (c *Cluster) attempt(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	_, err := c.ReadyzThroughVIP(ctx)
+	_, err := c.L2().ReadyzThroughVIP(ctx)
 	return err
 }
 

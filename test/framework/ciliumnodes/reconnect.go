@@ -22,7 +22,7 @@ type Reconnect struct {
 // down or every packet it receives or sends dropped, so that nothing refuses a connection and nothing answers. It
 // measures, for at most within, until the worker's agent holds a connection to another control-plane node's
 // kube-apiserver. The dead node stays dead until the next Run.
-func (c *Cluster) BlackHole(ctx context.Context, worker string, death Death, within time.Duration) (Reconnect, error) {
+func (c Reconnects) BlackHole(ctx context.Context, worker string, death Death, within time.Duration) (Reconnect, error) {
 	r := Reconnect{Worker: worker}
 	_, dead, err := c.workerConnection(ctx, worker, within)
 	if err != nil {
@@ -38,7 +38,7 @@ func (c *Cluster) BlackHole(ctx context.Context, worker string, death Death, wit
 
 // WaitForReconnect waits, for at most within, until the agent of r's worker holds a connection to a control-plane
 // node other than the one that died, and says after how long.
-func (c *Cluster) WaitForReconnect(ctx context.Context, r Reconnect, within time.Duration) (Reconnect, error) {
+func (c Reconnects) WaitForReconnect(ctx context.Context, r Reconnect, within time.Duration) (Reconnect, error) {
 	w := c.nodes[r.Worker]
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, within, true, func(context.Context) (bool, error) {
 		if to, err := c.apiServerOf(w); err == nil && to.Name != r.From {
@@ -69,7 +69,7 @@ const (
 // Disconnect ends the connection of the worker's agent to its control-plane node's kube-apiserver as how says, and
 // measures, for at most within, until the agent holds a new connection: to another control-plane node when that
 // kube-apiserver stopped (it is started again before Disconnect returns), to any when the connection was reset.
-func (c *Cluster) Disconnect(ctx context.Context, worker string, how Disconnection, within time.Duration) (_ Reconnect, err error) {
+func (c Reconnects) Disconnect(ctx context.Context, worker string, how Disconnection, within time.Duration) (_ Reconnect, err error) {
 	r := Reconnect{Worker: worker}
 	w, from, err := c.workerConnection(ctx, worker, within)
 	if err != nil {
@@ -163,7 +163,7 @@ func (c *Cluster) apiServerOf(w *Node) (*Node, error) {
 // ConnectedTo is the control-plane node whose kube-apiserver the agent on the node of that name is connected to, by
 // its sockets: an error unless it holds exactly one kube-apiserver connection, to a control-plane node's current
 // address.
-func (c *Cluster) ConnectedTo(name string) (*Node, error) {
+func (c Reconnects) ConnectedTo(name string) (*Node, error) {
 	n := c.nodes[name]
 	if n == nil {
 		return nil, fmt.Errorf("no node %s", name)

@@ -154,7 +154,7 @@ func (c *Cluster) RollOut(ctx context.Context, exp *extensionsv1alpha1.SelfHoste
 	stop()
 	o.observers.Wait()
 	r := o.r
-	r.Answerers = c.Answerers(r.Answerers)
+	r.Answerers = c.L2().Answerers(r.Answerers)
 	if waitErr != nil {
 		return r, fmt.Errorf("the rollout did not complete: %w", waitErr)
 	}
@@ -199,13 +199,13 @@ type rolloutObserver struct {
 // serving waits until the VIP serves: under L2, from the lease holder; under BGP, via every node.
 func (o *rolloutObserver) serving(ctx context.Context) error {
 	if o.router == nil {
-		_, err := o.c.WaitUntilServing(ctx, o.exp)
+		_, err := o.c.L2().WaitUntilServing(ctx, o.exp)
 		return err
 	}
 	if err := o.router.WaitForEveryNextHop(ctx); err != nil {
 		return err
 	}
-	_, _, err := o.c.ServedViaEveryNode(ctx, o.router)
+	_, _, err := o.c.BGP().ServedViaEveryNode(ctx, o.router)
 	return err
 }
 
@@ -347,7 +347,7 @@ func (c *Cluster) observeL2(ctx context.Context, observers *sync.WaitGroup, exp 
 	observers.Go(func() {
 		holder := "-"
 		for ctx.Err() == nil {
-			if now, err := c.LeaseHolder(ctx, exp); err == nil && now != holder {
+			if now, err := c.L2().LeaseHolder(ctx, exp); err == nil && now != holder {
 				holder = now
 				record(func() { r.Holders = append(r.Holders, Held{now, since()}) })
 			}
