@@ -69,55 +69,9 @@ func TestRouterInstallsECMPRouteFromSpeakers(t *testing.T) {
 	if err := os.MkdirAll(cgroups, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	defer os.Remove(cgroups)
-	tor, err := podrun.NewNetns("frrtest-tor")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tor.Delete()
-	for _, args := range [][]string{{"link", "add", "br0", "type", "bridge"}, {"addr", "add", "10.9.0.1/24", "dev", "br0"}, {"link", "set", "br0", "up"}} {
-		if err := tor.IP(args...); err != nil {
-			t.Fatal(err)
-		}
-	}
-	speakers := map[string]string{"a": "10.9.0.2", "b": "10.9.0.3"}
-	var routers []*frr.Router
-	defer func() {
-		for _, r := range routers {
-			r.Stop()
-		}
-	}()
-	start := func(name string, ns *podrun.Netns, conf string) *frr.Router {
-		r, err := frr.Start(ctx, ns, cgroups+"/"+name, conf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		routers = append(routers, r)
-		return r
-	}
-	router := start("tor", tor, routerConf)
-	for name, ip := range speakers {
-		ns, err := podrun.NewNetns("frrtest-" + name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ns.Delete()
-		for _, args := range [][]string{
-			{"link", "add", "v-" + name, "type", "veth", "peer", "name", "eth0", "netns", ns.Name()},
-			{"link", "set", "v-" + name, "master", "br0", "up"},
-		} {
-			if err := tor.IP(args...); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for _, args := range [][]string{{"addr", "add", ip + "/24", "dev", "eth0"}, {"link", "set", "eth0", "up"}} {
-			if err := ns.IP(args...); err != nil {
-				t.Fatal(err)
-			}
-		}
-		start(name, ns, speakerConf(64600+len(routers), ip, "198.18.0.0/24"))
-	}
-
+	t.Cleanup(func() { _ = os.Remove(cgroups) })
+	routers := startSegment(ctx, t, cgroups)
+	router := routers[0]
 	var hops []string
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		hops, err = router.NextHops("198.18.0.0/24")
@@ -155,10 +109,65 @@ func TestRouterInstallsECMPRouteFromSpeakers(t *testing.T) {
 	for _, r := range routers {
 		r.Stop()
 	}
-	routers = nil
 	for _, name := range []string{"tor", "a", "b"} {
 		if _, err := os.Stat(cgroups + "/" + name); !os.IsNotExist(err) {
 			t.Errorf("the cgroup of router %s is left: %v", name, err)
 		}
 	}
+}
+
+// startSegment starts the router "tor" on a bridge in a namespace of its own, and the speakers "a" and "b" in theirs,
+// plugged into it, each router in a cgroup below cgroups; the router comes first. The test's cleanup stops them all
+// and deletes the namespaces.
+func startSegment(ctx context.Context, t *testing.T, cgroups string) []*frr.Router {
+	t.Helper()
+	var routers []*frr.Router
+	t.Cleanup(func() {
+		for _, r := range routers {
+			r.Stop()
+		}
+	})
+	start := func(name string, ns *podrun.Netns, conf string) {
+		r, err := frr.Start(ctx, ns, cgroups+"/"+name, conf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		routers = append(routers, r)
+	}
+	tor := netns(t, "frrtest-tor")
+	for _, args := range [][]string{{"link", "add", "br0", "type", "bridge"}, {"addr", "add", "10.9.0.1/24", "dev", "br0"}, {"link", "set", "br0", "up"}} {
+		if err := tor.IP(args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start("tor", tor, routerConf)
+	for _, speaker := range []struct{ name, ip string }{{"a", "10.9.0.2"}, {"b", "10.9.0.3"}} {
+		ns := netns(t, "frrtest-"+speaker.name)
+		for _, args := range [][]string{
+			{"link", "add", "v-" + speaker.name, "type", "veth", "peer", "name", "eth0", "netns", ns.Name()},
+			{"link", "set", "v-" + speaker.name, "master", "br0", "up"},
+		} {
+			if err := tor.IP(args...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, args := range [][]string{{"addr", "add", speaker.ip + "/24", "dev", "eth0"}, {"link", "set", "eth0", "up"}} {
+			if err := ns.IP(args...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		start(speaker.name, ns, speakerConf(64600+len(routers), speaker.ip, "198.18.0.0/24"))
+	}
+	return routers
+}
+
+// netns creates a network namespace that the test's cleanup deletes.
+func netns(t *testing.T, name string) *podrun.Netns {
+	t.Helper()
+	ns, err := podrun.NewNetns(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Delete)
+	return ns
 }

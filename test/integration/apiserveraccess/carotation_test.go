@@ -108,45 +108,13 @@ func TestCARotation(t *testing.T) {
 	}
 	oldCA := oldCAs[0]
 
-	cas := webhookCAs(ctx, t)
-	if len(cas) != 1 {
-		t.Fatalf("%d webhook CA secrets before the rotation, want 1", len(cas))
-	}
-	ca := cas[0]
-	patch := client.MergeFrom(ca.DeepCopy())
-	now := time.Now()
-	ca.Labels[secretsmanager.LabelKeyIssuedAtTime] = strconv.FormatInt(now.Add(-25*24*time.Hour).Unix(), 10)
-	ca.Labels[secretsmanager.LabelKeyValidUntilTime] = strconv.FormatInt(now.Add(5*24*time.Hour).Unix(), 10)
-	if err := env.Client.Patch(ctx, ca, patch); err != nil {
-		t.Fatal(err)
-	}
+	backdateWebhookCA(ctx, t)
 	if err := env.RestartExtension(ctx, false); err != nil {
 		t.Fatal(err)
 	}
 
 	// 1. The caBundle gets the new CA beside the old one; the server still presents the old CA's certificate.
-	var newCA *x509.Certificate
-	if err := testenv.WaitFor(ctx, 90*time.Second, func(ctx context.Context) (bool, error) {
-		bundle, err := caBundle(ctx)
-		if err != nil {
-			return false, err
-		}
-		cas := certificates(t, bundle)
-		if len(cas) != 2 {
-			return false, fmt.Errorf("%d CAs in the caBundle, want the old and the new", len(cas))
-		}
-		for _, c := range cas {
-			if !c.Equal(oldCA) {
-				newCA = c
-			}
-		}
-		if newCA == nil {
-			return false, fmt.Errorf("the old CA is gone from the caBundle")
-		}
-		return true, nil
-	}); err != nil {
-		t.Fatalf("the caBundle did not follow the CA rotation: %v", err)
-	}
+	newCA := waitForNewCA(ctx, t, oldCA)
 	waitUntilMutating(t, rendered.Agent)
 	served, err := servedCertificate(ctx)
 	if err != nil {
@@ -175,6 +143,52 @@ func TestCARotation(t *testing.T) {
 	if cas := webhookCAs(ctx, t); len(cas) != 2 {
 		t.Errorf("%d webhook CA secrets after the rotation, want the new one and the old one kept for the bundle", len(cas))
 	}
+}
+
+// backdateWebhookCA dates the one webhook CA secret back by 25 of its 30 days, which makes the extension's secrets
+// manager renew it.
+func backdateWebhookCA(ctx context.Context, t *testing.T) {
+	t.Helper()
+	cas := webhookCAs(ctx, t)
+	if len(cas) != 1 {
+		t.Fatalf("%d webhook CA secrets before the rotation, want 1", len(cas))
+	}
+	ca := cas[0]
+	patch := client.MergeFrom(ca.DeepCopy())
+	now := time.Now()
+	ca.Labels[secretsmanager.LabelKeyIssuedAtTime] = strconv.FormatInt(now.Add(-25*24*time.Hour).Unix(), 10)
+	ca.Labels[secretsmanager.LabelKeyValidUntilTime] = strconv.FormatInt(now.Add(5*24*time.Hour).Unix(), 10)
+	if err := env.Client.Patch(ctx, ca, patch); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitForNewCA waits until the caBundle holds oldCA and a new one, and returns the new one.
+func waitForNewCA(ctx context.Context, t *testing.T, oldCA *x509.Certificate) *x509.Certificate {
+	t.Helper()
+	var newCA *x509.Certificate
+	if err := testenv.WaitFor(ctx, 90*time.Second, func(ctx context.Context) (bool, error) {
+		bundle, err := caBundle(ctx)
+		if err != nil {
+			return false, err
+		}
+		cas := certificates(t, bundle)
+		if len(cas) != 2 {
+			return false, fmt.Errorf("%d CAs in the caBundle, want the old and the new", len(cas))
+		}
+		for _, c := range cas {
+			if !c.Equal(oldCA) {
+				newCA = c
+			}
+		}
+		if newCA == nil {
+			return false, fmt.Errorf("the old CA is gone from the caBundle")
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatalf("the caBundle did not follow the CA rotation: %v", err)
+	}
+	return newCA
 }
 
 // TestWebhookConfigurationOfAnOlderVersionIsReplaced: the extension's MutatingWebhookConfiguration as an older version

@@ -2,6 +2,7 @@ package selfhostedshootexposure_test
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"testing"
 
@@ -74,15 +75,31 @@ func TestExtensionWritesOnlyExposureShapedObjects(t *testing.T) {
 		}
 	}
 
+	for what, obj := range stolenObjects(t) {
+		err := asExtension.Create(ctx, obj)
+		if err == nil {
+			_ = env.Client.Delete(ctx, obj)
+		}
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "confine-writes") {
+			t.Errorf("%s, written as the extension: %v, want a refusal by the chart's policy", what, err)
+		}
+	}
+}
+
+// stolenObjects are what a thief of the extension's token would write with an exposure's labels, by what each is.
+func stolenObjects(t *testing.T) map[string]client.Object {
+	t.Helper()
 	l2 := exposureObjects(t, "stolen", exposure.AnnouncementL2)
 	bgp := exposureObjects(t, "stolen", exposure.AnnouncementBGP)
+	objs := stolenSlicesAndServices(l2)
+	maps.Copy(objs, stolenCiliumObjects(l2, bgp))
+	return objs
+}
+
+// stolenSlicesAndServices are slices, Services and a ConfigMap unlike the exposure's.
+func stolenSlicesAndServices(l2 *resources.Objects) map[string]client.Object {
 	svc := func(change func(*corev1.Service)) client.Object { return changed(l2.Service, change) }
-	selectAll := &slimv1.LabelSelector{MatchExpressions: []slimv1.LabelSelectorRequirement{{Key: resources.SelectorKeyServiceName, Operator: slimv1.LabelSelectorOpExists}}}
-	selectKubeDNS := &slimv1.LabelSelector{MatchLabels: map[string]string{
-		resources.SelectorKeyServiceNamespace: "kube-system", resources.SelectorKeyServiceName: "kube-dns",
-		resources.LabelExposureName: "stolen", resources.LabelExposureNamespace: "kube-system",
-	}}
-	for what, obj := range map[string]client.Object{
+	return map[string]client.Object{
 		"a slice of kube-dns": changed(l2.EndpointSlices[0], func(s *discoveryv1.EndpointSlice) {
 			s.Name, s.Labels[discoveryv1.LabelServiceName] = "kube-dns-stolen", "kube-dns"
 		}),
@@ -115,6 +132,17 @@ func TestExtensionWritesOnlyExposureShapedObjects(t *testing.T) {
 		"a Service of an exposure outside kube-system": svc(func(s *corev1.Service) {
 			s.Labels[resources.LabelExposureNamespace] = "default"
 		}),
+	}
+}
+
+// stolenCiliumObjects are Cilium's objects unlike the exposure's.
+func stolenCiliumObjects(l2, bgp *resources.Objects) map[string]client.Object {
+	selectAll := &slimv1.LabelSelector{MatchExpressions: []slimv1.LabelSelectorRequirement{{Key: resources.SelectorKeyServiceName, Operator: slimv1.LabelSelectorOpExists}}}
+	selectKubeDNS := &slimv1.LabelSelector{MatchLabels: map[string]string{
+		resources.SelectorKeyServiceNamespace: "kube-system", resources.SelectorKeyServiceName: "kube-dns",
+		resources.LabelExposureName: "stolen", resources.LabelExposureNamespace: "kube-system",
+	}}
+	return map[string]client.Object{
 		"a ConfigMap of another name": &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "coredns-custom", Labels: resources.Labels("stolen", "kube-system")}},
 		"a pool for every Service": changed(l2.Pool, func(p *ciliumv2.CiliumLoadBalancerIPPool) {
 			p.Spec.ServiceSelector = selectAll
@@ -149,14 +177,6 @@ func TestExtensionWritesOnlyExposureShapedObjects(t *testing.T) {
 		"a BGP peer config advertising every advertisement": changed(bgp.PeerConfigs[0], func(p *ciliumv2.CiliumBGPPeerConfig) {
 			p.Spec.Families[0].Advertisements = &slimv1.LabelSelector{}
 		}),
-	} {
-		err := asExtension.Create(ctx, obj)
-		if err == nil {
-			_ = env.Client.Delete(ctx, obj)
-		}
-		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "confine-writes") {
-			t.Errorf("%s, written as the extension: %v, want a refusal by the chart's policy", what, err)
-		}
 	}
 }
 

@@ -34,24 +34,7 @@ func TestExtensionHandsLeasesOnlyToItsNode(t *testing.T) {
 		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), l) })
 		leases[name] = l
 	}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: testenv.ExtensionNamespace, Name: "extension-on-cp-1"},
-		Spec: corev1.PodSpec{NodeName: "cp-1", ServiceAccountName: testenv.ServiceAccountName,
-			Containers: []corev1.Container{{Name: "extension", Image: "extension"}}},
-	}
-	if err := env.Client.Create(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), pod) })
-	token, err := podrun.Token(ctx, env.Config, pod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	onCP1, err := client.New(&rest.Config{Host: env.Config.Host, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData}},
-		client.Options{Scheme: env.Client.Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	onCP1 := extensionPodClient(ctx, t, "cp-1")
 	unbound := env.ExtensionClient(t)
 	announcement := cilium.L2AnnouncementLeaseName("kube-system", "cilium-exposure-handover")
 
@@ -102,4 +85,29 @@ func TestExtensionHandsLeasesOnlyToItsNode(t *testing.T) {
 		_ = env.Client.Delete(ctx, created)
 		t.Error("the extension created a lease in kube-system")
 	}
+}
+
+// extensionPodClient is a client with the token of an extension pod on node, bound to the pod as kubelet's projected
+// token is.
+func extensionPodClient(ctx context.Context, t *testing.T, node string) client.Client {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testenv.ExtensionNamespace, Name: "extension-on-" + node},
+		Spec: corev1.PodSpec{NodeName: node, ServiceAccountName: testenv.ServiceAccountName,
+			Containers: []corev1.Container{{Name: "extension", Image: "extension"}}},
+	}
+	if err := env.Client.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), pod) })
+	token, err := podrun.Token(ctx, env.Config, pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(&rest.Config{Host: env.Config.Host, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData}},
+		client.Options{Scheme: env.Client.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
