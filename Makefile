@@ -12,15 +12,16 @@ ENVTEST_ASSETS   = $(shell hack/envtest/build.sh)
 CILIUM_OPERATOR  = $(shell hack/cilium/build.sh cilium-operator)
 CILIUM_DBG       = $(shell hack/cilium/build.sh cilium-dbg)
 CILIUM_AGENT     = $(shell hack/cilium/build.sh cilium-agent)
-# The newest Cilium line's agent and CLI: test/agents/datapath runs upstream's chart of it beside Gardener's.
+# The newest Cilium line's agent, CLI and operator: test/agents/datapath runs upstream's chart of it beside Gardener's.
 CILIUM_AGENT_1_20 = $(shell hack/cilium/build.sh cilium-agent 1.20)
+CILIUM_OPERATOR_1_20 = $(shell hack/cilium/build.sh cilium-operator 1.20)
 CILIUM_DBG_1_20  = $(shell hack/cilium/build.sh cilium-dbg 1.20)
 # Empty when no copy is found: each suite that renders the chart then stops with the script's line naming what to run.
 NC_CHART         = $(shell hack/networking-cilium/chart.sh)
 # What the suites, the demo and the bench are told of the tools above.
 TOOLS_ENV        = KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CILIUM_OPERATOR="$(CILIUM_OPERATOR)" CILIUM_DBG="$(CILIUM_DBG)" CILIUM_AGENT="$(CILIUM_AGENT)" NETWORKING_CILIUM_CHART="$(NC_CHART)"
 # The tools of Cilium 1.20, for the test and bench runs that need them (ciliumbin.PathFor).
-TOOLS_ENV_1_20   = CILIUM_AGENT_1_20="$(CILIUM_AGENT_1_20)" CILIUM_DBG_1_20="$(CILIUM_DBG_1_20)"
+TOOLS_ENV_1_20   = CILIUM_AGENT_1_20="$(CILIUM_AGENT_1_20)" CILIUM_DBG_1_20="$(CILIUM_DBG_1_20)" CILIUM_OPERATOR_1_20="$(CILIUM_OPERATOR_1_20)"
 TEST_FLAGS      ?= -race -shuffle=on -timeout=30m
 
 .PHONY: all
@@ -55,11 +56,13 @@ cilium-binaries:
 	@hack/cilium/build.sh cilium-dbg
 	@hack/cilium/build.sh cilium-agent
 
-# The agent and cilium-dbg of Cilium 1.20 (hack/cilium/v1.20), which test/agents/datapath runs from upstream's chart.
+# The agent, cilium-dbg and operator of Cilium 1.20 (hack/cilium/v1.20), which test/agents/datapath runs from upstream's
+# chart.
 .PHONY: cilium-1.20-binaries
 cilium-1.20-binaries:
 	@hack/cilium/build.sh cilium-dbg 1.20
 	@hack/cilium/build.sh cilium-agent 1.20
+	@hack/cilium/build.sh cilium-operator 1.20
 
 .PHONY: test
 test: setup envtest-assets cilium-binaries cilium-1.20-binaries

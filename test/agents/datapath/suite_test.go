@@ -24,8 +24,8 @@ var (
 	cluster *ciliumnodes.Cluster
 )
 
-// newestLine is the newest Cilium release the webhook supports, whose agents run from upstream's chart beside
-// Gardener's 1.19 (its operator cannot be built here: hack/cilium/v1.20/tools.go).
+// newestLine is the newest Cilium release the webhook supports, whose agents and operator run from upstream's chart
+// beside Gardener's 1.19.
 var newestLine = ciliumchart.Versions[len(ciliumchart.Versions)-1]
 
 // prefix names what the suite creates on the machine: namespaces and its cgroup.
@@ -33,7 +33,7 @@ var prefix = "cdp" + strconv.Itoa(os.Getpid())
 
 func TestMain(m *testing.M) {
 	if err := testenv.Check(ciliumnodes.Available, ciliumchart.GardenerChart, ciliumbin.Built(ciliumbin.Agent, ciliumbin.Dbg, ciliumbin.Operator),
-		ciliumbin.BuiltFor(newestLine, ciliumbin.Agent, ciliumbin.Dbg)); err != nil {
+		ciliumbin.BuiltFor(newestLine, ciliumbin.Agent, ciliumbin.Dbg, ciliumbin.Operator)); err != nil {
 		os.Exit(testenv.CannotRun(err))
 	}
 	certs, err := podrun.ShootCertificates("shoot--local--datapath")

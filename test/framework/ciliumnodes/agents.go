@@ -39,8 +39,8 @@ const (
 
 const upstreamPrefix = "cilium-"
 
-// Upstream is upstream's chart of a Cilium version, admitted beside Gardener's; its agents run that version's binaries
-// (ciliumbin.PathFor), with 1.19's operator, which LB-IPAM needs only.
+// Upstream is upstream's chart of a Cilium version, admitted beside Gardener's; its agents and its operator run that
+// version's binaries (ciliumbin.PathFor).
 func Upstream(version string) Chart { return Chart(upstreamPrefix + version) }
 
 // version is the Cilium version the chart deploys.
@@ -356,6 +356,9 @@ func (c *Cluster) Run(ctx context.Context, want Agents) (map[string]*corev1.Pod,
 		}
 	}
 	c.running = &want
+	if err := c.useOperatorOf(ctx, want.Chart); err != nil {
+		return nil, err
+	}
 	// Tests start from agents that have been running a while, as on a cluster in use: ready, and their programs
 	// attached to their nodes' devices.
 	for _, n := range c.Nodes() {

@@ -391,17 +391,15 @@ func (c BGP) Announce(ctx context.Context, exp *extensionsv1alpha1.SelfHostedSho
 	return c.env.ReconcileAndWait(ctx, exp, 3*time.Minute)
 }
 
-// agentGracePeriod is how long kubelet lets the agent on node run between SIGTERM and SIGKILL: its pod's termination
-// grace period, at least minimumGracePeriod (the charts' 1 s is 2 s on a real node).
+// agentGracePeriod is how long kubelet lets the agent on node run between SIGTERM and SIGKILL.
 func (c *Cluster) agentGracePeriod(node string) time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	var pod *corev1.Pod
 	if c.running != nil {
-		if pod := c.installed[c.running.Chart].pods[node]; pod != nil && pod.Spec.TerminationGracePeriodSeconds != nil {
-			return max(minimumGracePeriod, time.Duration(*pod.Spec.TerminationGracePeriodSeconds)*time.Second)
-		}
+		pod = c.installed[c.running.Chart].pods[node]
 	}
-	return 30 * time.Second // Kubernetes' default
+	return gracePeriod(pod)
 }
 
 // BGPFailure is how a control-plane node stops advertising the VIP.

@@ -99,9 +99,10 @@ type Cluster struct {
 	// lease timings of an L2 exposure only, and only when it admits it.
 	announced, configuredFor string
 	exposed                  *extensionsv1alpha1.SelfHostedShootExposure
-	// operatorPod is the admitted operator pod, whose container runs on OperatorNode; operatorExited is when the
-	// nodes' kubelet saw it exit by itself, operatorCrashLoop the back-off of its restarts.
+	// operatorPod is the admitted operator pod of operatorChart, whose container runs on OperatorNode; operatorExited
+	// is when the nodes' kubelet saw it exit by itself, operatorCrashLoop the back-off of its restarts.
 	operatorPod       *corev1.Pod
+	operatorChart     Chart
 	operatorExited    time.Time
 	operatorCrashLoop *flowcontrol.Backoff
 	// disturbed are the nodes whose agent or kube-apiserver was stopped and started again.

@@ -70,16 +70,39 @@ func (c L2) Expose(ctx context.Context) (*extensionsv1alpha1.SelfHostedShootExpo
 	return exp, nil
 }
 
-// startOperator admits Gardener's operator pod and runs its operator container on OperatorNode. The pod is admitted
-// as a dry run: stored, kube-scheduler would bind it to whatever node it picks, where no kubelet would ever report it
-// ready.
+// startOperator admits the operator pod of the chart whose agents run and runs its operator container on
+// OperatorNode. The pod is admitted as a dry run: stored, kube-scheduler would bind it to whatever node it picks,
+// where no kubelet would ever report it ready.
 func (c *Cluster) startOperator(ctx context.Context) error {
-	pod := ciliumchart.DeploymentPod(c.installed[GardenerChart].operator)
+	chart := GardenerChart
+	if c.running != nil {
+		chart = c.running.Chart
+	}
+	pod := ciliumchart.DeploymentPod(c.installed[chart].operator)
 	if err := c.admit(ctx, pod); err != nil {
 		return err
 	}
-	c.operatorPod = pod
+	c.operatorPod, c.operatorChart, c.operatorExited = pod, chart, time.Time{}
 	return c.runOperator(ctx)
+}
+
+// useOperatorOf replaces a running operator of another Cilium version than chart's with chart's, stopping it as
+// kubelet stops a replaced pod's container: each line runs its own operator, as a cluster on that version does.
+func (c *Cluster) useOperatorOf(ctx context.Context, chart Chart) error {
+	if c.operatorPod == nil || c.operatorChart.version() == chart.version() {
+		return nil
+	}
+	n := c.nodes[OperatorNode]
+	n.mu.Lock()
+	operator := n.operator
+	n.operator = nil // no longer the node's: the nodes' kubelet leaves it stopped
+	n.mu.Unlock()
+	if operator != nil {
+		stopCtx, cancel := context.WithTimeout(ctx, gracePeriod(c.operatorPod))
+		operator.Stop(stopCtx)
+		cancel()
+	}
+	return c.startOperator(ctx)
 }
 
 // runOperator runs the operator container of the admitted operator pod on OperatorNode, with the ConfigMaps as

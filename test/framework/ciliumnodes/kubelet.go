@@ -171,6 +171,15 @@ func (c *Cluster) syncOperator(ctx context.Context) {
 // minimumGracePeriod is the least time kubelet gives a container between SIGTERM and SIGKILL.
 const minimumGracePeriod = 2 * time.Second
 
+// gracePeriod is how long kubelet lets pod's containers run between SIGTERM and SIGKILL: its termination grace period
+// (Kubernetes' default 30 s), at least minimumGracePeriod (the charts' 1 s is 2 s on a real node).
+func gracePeriod(pod *corev1.Pod) time.Duration {
+	if pod == nil || pod.Spec.TerminationGracePeriodSeconds == nil {
+		return 30 * time.Second
+	}
+	return max(minimumGracePeriod, time.Duration(*pod.Spec.TerminationGracePeriodSeconds)*time.Second)
+}
+
 func (c *Cluster) syncPod(ctx context.Context, inst *installation, n *Node, pod *corev1.Pod) error {
 	if pod.DeletionTimestamp != nil {
 		var stop func(context.Context) int32

@@ -357,17 +357,23 @@ func mountScript(c Container, container corev1.Container) ([]string, map[string]
 	mounts := slices.Clone(container.VolumeMounts)
 	slices.SortFunc(mounts, func(a, b corev1.VolumeMount) int { return len(a.MountPath) - len(b.MountPath) })
 	for _, vm := range mounts {
-		files, ok, err := volumeFiles(c, vm)
-		if err != nil || !ok {
-			if err != nil {
-				return nil, nil, err
-			}
+		files, exact, err := volumeFiles(c, vm)
+		if err != nil {
+			return nil, nil, err
+		}
+		if files == nil {
 			continue // host paths and the like: not what decides how the container reaches kube-apiserver
 		}
 		if !strings.HasPrefix(vm.MountPath, "/tmp") && !strings.HasPrefix(vm.MountPath, "/var/lib/") {
 			return nil, nil, fmt.Errorf("volume %s at %s, outside the tmpfs mounts of this runner", vm.Name, vm.MountPath)
 		}
 		source := filepath.Join("volumes", vm.Name)
+		if exact {
+			// A ConfigMap volume holds what the ConfigMap holds now, nothing an earlier pod's volume of that name held.
+			if err := os.RemoveAll(filepath.Join(c.Dir, source)); err != nil {
+				return nil, nil, err
+			}
+		}
 		if err := writeFiles(filepath.Join(c.Dir, source), files); err != nil {
 			return nil, nil, err
 		}
@@ -382,8 +388,9 @@ func mountScript(c Container, container corev1.Container) ([]string, map[string]
 	return append(script, `exec "$@"`), volumes, nil
 }
 
-// volumeFiles are the files of the volume that vm mounts, if it is a ConfigMap or an emptyDir (ok).
-func volumeFiles(c Container, vm corev1.VolumeMount) (files map[string]string, ok bool, err error) {
+// volumeFiles are the files of the volume that vm mounts if it is a ConfigMap (exact: it holds them and nothing else)
+// or an emptyDir (none to begin with; what the container wrote stays across its restarts), else nil.
+func volumeFiles(c Container, vm corev1.VolumeMount) (files map[string]string, exact bool, err error) {
 	j := slices.IndexFunc(c.Pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == vm.Name })
 	if j < 0 {
 		return nil, false, fmt.Errorf("container %s mounts volume %s, which the pod does not have", c.Name, vm.Name)
@@ -395,16 +402,17 @@ func volumeFiles(c Container, vm corev1.VolumeMount) (files map[string]string, o
 		if !found && !ptr.Deref(volume.ConfigMap.Optional, false) {
 			return nil, false, fmt.Errorf("the pod mounts ConfigMap %s, which does not exist", volume.ConfigMap.Name)
 		}
-		if len(volume.ConfigMap.Items) == 0 {
-			return data, true, nil
-		}
 		files = map[string]string{}
+		if len(volume.ConfigMap.Items) == 0 {
+			maps.Copy(files, data)
+			return files, true, nil
+		}
 		for _, item := range volume.ConfigMap.Items {
 			files[item.Path] = data[item.Key]
 		}
 		return files, true, nil
 	case volume.EmptyDir != nil:
-		return map[string]string{}, true, nil
+		return map[string]string{}, false, nil
 	}
 	return nil, false, nil
 }
