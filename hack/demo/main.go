@@ -81,7 +81,7 @@ func run(extension, chart string, keep bool) error {
 	}
 	if os.Getuid() == 0 {
 		step("The nodes' network: a network namespace in which the control-plane InternalIPs %v and localhost:443 "+
-			"forward to kube-apiserver, and the ClusterIP %s and the VIP %s lead nowhere", podrun.ControlPlaneIPs, podrun.ClusterIP, fixtures.ExposureVIP)
+			"forward to kube-apiserver, and the ClusterIP %s and the VIP %s lead nowhere", fixtures.ControlPlaneIPs, podrun.ClusterIP, fixtures.ExposureVIP)
 		if d.sandbox, err = podrun.NewShootSandbox(ctx, env, "cilium-demo-"+strconv.Itoa(os.Getpid())); err != nil {
 			return err
 		}

@@ -23,8 +23,8 @@ import (
 var (
 	env     *testenv.Env
 	sandbox *podrun.Sandbox
-	// controlPlaneIPs are cp-0, cp-1 and cp-2's InternalIPs, in the fixture node network, on the sandbox's loopback.
-	controlPlaneIPs = []string{"10.0.20.1", "10.0.20.2", "10.0.20.3"}
+	// controlPlaneIPs are cp-0, cp-1 and cp-2's InternalIPs, on the sandbox's loopback.
+	controlPlaneIPs = fixtures.ControlPlaneIPs
 )
 
 // uplinkAddress and gateway are the node's address in the node network and the network's router, on its uplink.
@@ -76,12 +76,6 @@ func setup(ctx context.Context, e *testenv.Env) (func(), error) {
 		{"route", "add", "default", "via", gateway, "dev", "uplink"},
 	} {
 		if err := sandbox.IP(args...); err != nil {
-			cleanup()
-			return nil, err
-		}
-	}
-	for i, ip := range controlPlaneIPs {
-		if err := e.SetInternalIP(ctx, "cp-"+strconv.Itoa(i), ip); err != nil {
 			cleanup()
 			return nil, err
 		}

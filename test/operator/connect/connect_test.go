@@ -26,6 +26,7 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumchart"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumoperator"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/podrun"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
 )
@@ -151,8 +152,8 @@ func installChart(chart string) (*installation, error) {
 			return nil, err
 		}
 	}
-	want := make([]string, 0, len(podrun.ControlPlaneIPs))
-	for _, ip := range podrun.ControlPlaneIPs {
+	want := make([]string, 0, len(fixtures.ControlPlaneIPs))
+	for _, ip := range fixtures.ControlPlaneIPs {
 		want = append(want, apiserverendpoints.URL(ip))
 	}
 	if err := testenv.WaitFor(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
@@ -407,11 +408,11 @@ func TestBareInternalIPsFailVerification(t *testing.T) {
 	pod := ciliumchart.DeploymentPod(inst.operator)
 	pod.Name = "cilium-operator-bare-ips"
 	var urls []string
-	for _, ip := range podrun.ControlPlaneIPs {
+	for _, ip := range fixtures.ControlPlaneIPs {
 		urls = append(urls, apiserverendpoints.URL(ip))
 	}
 	run(t, inst, pod, operatorContainer, "worker-1", map[string]string{
-		cilium.EnvServiceHost: podrun.ControlPlaneIPs[0], cilium.EnvAPIServerURLs: strings.Join(urls, ","), cilium.EnvKubeconfigPath: "",
+		cilium.EnvServiceHost: fixtures.ControlPlaneIPs[0], cilium.EnvAPIServerURLs: strings.Join(urls, ","), cilium.EnvKubeconfigPath: "",
 	})
 	// Cilium logs only that it rotates: every handshake fails and it dials the next URL at once.
 	if err := testenv.WaitFor(context.Background(), time.Minute, func(context.Context) (bool, error) {
@@ -429,7 +430,7 @@ func TestBareInternalIPsFailVerification(t *testing.T) {
 	// Why: Go verifies an IP host against the certificate's IP SANs, as Cilium's client does for a bare-IP URL.
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(envtest.Certificates.CA.CertificatePEM)
-	conn, err := tls.Dial("tcp", sandbox.APIServer, &tls.Config{RootCAs: roots, ServerName: podrun.ControlPlaneIPs[0]})
+	conn, err := tls.Dial("tcp", sandbox.APIServer, &tls.Config{RootCAs: roots, ServerName: fixtures.ControlPlaneIPs[0]})
 	if err == nil {
 		conn.Close()
 		t.Fatal("the certificate verified for a control-plane InternalIP")

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/podrun"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
 )
@@ -47,7 +48,7 @@ func TestExtensionReachesItsOwnNodesAPIServer(t *testing.T) {
 // ends (it stops then anyway).
 func startExtensionPod(t *testing.T, env map[string]string) (ready func(context.Context) (bool, error), stop func()) {
 	t.Helper()
-	c, err := podrun.ForExtension(context.Background(), envtest, "cp-0", podrun.ControlPlaneIPs[0])
+	c, err := podrun.ForExtension(context.Background(), envtest, "cp-0", fixtures.ControlPlaneIPs[0])
 	if err != nil {
 		t.Fatal(err)
 	}
