@@ -73,7 +73,13 @@ type lister interface {
 
 // Reconcile applies the desired objects, removes those no longer desired, and returns the VIP once Cilium has
 // assigned it. Bad input fails before anything is applied or deleted.
-func (a *actuator) Reconcile(ctx context.Context, log logr.Logger, exp *extensionsv1alpha1.SelfHostedShootExposure, cluster *extensionscontroller.Cluster) ([]corev1.LoadBalancerIngress, error) {
+func (a *actuator) Reconcile(ctx context.Context, log logr.Logger, exp *extensionsv1alpha1.SelfHostedShootExposure, _ *extensionscontroller.Cluster) ([]corev1.LoadBalancerIngress, error) {
+	// The providerConfig comes from the Cluster (config.Raw), which gardenlet updates right before it asks for this
+	// reconciliation; the generic reconciler's copy comes from the cache, which may not have that update yet.
+	cluster, err := extensionscontroller.GetCluster(ctx, a.reader, exp.Namespace)
+	if err != nil {
+		return nil, err
+	}
 	loaded, err := config.Load(exp, cluster.Shoot, a.site(ctx, log))
 	if err != nil {
 		return nil, err
