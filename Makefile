@@ -1,7 +1,8 @@
 # gardener-extension-cilium-selfhosted
 #
 #   make demo   the main job: a self-hosted shoot in an embedded control plane, with the extension and Cilium's chart
-#   make test   unit tests, envtest, connection and datapath suites, with the race detector; ends with what it skipped
+#   make test   unit tests, then the integration (envtest), operator and agents suites, with the race detector; ends with
+#               what it skipped, each package's time and the failures (test/README.md)
 
 BINARY          := gardener-extension-cilium-selfhosted
 GO              ?= go

@@ -80,7 +80,7 @@ func main() {
 			os.Exit(2)
 		}
 		defer f.Close()
-		events = io.TeeReader(stdout, f)
+		events = io.TeeReader(stdout, &keepGoing{w: f})
 	}
 	r := newReport()
 	r.read(events, os.Stdout)
@@ -227,4 +227,21 @@ func (r *report) times() []string {
 		}
 	}
 	return lines
+}
+
+// keepGoing writes to w until a write fails, then says so once and discards the rest: go test's events must go on being
+// read, or it blocks on a full pipe.
+type keepGoing struct {
+	w      io.Writer
+	failed bool
+}
+
+func (k *keepGoing) Write(p []byte) (int, error) {
+	if !k.failed {
+		if _, err := k.w.Write(p); err != nil {
+			k.failed = true
+			fmt.Fprintln(os.Stderr, "testreport: writing TESTREPORT_JSON:", err)
+		}
+	}
+	return len(p), nil
 }

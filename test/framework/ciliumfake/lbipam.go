@@ -1,7 +1,7 @@
 // Package ciliumfake holds the test doubles of Cilium's components for the suites that run without them: LBIPAM
 // stands for cilium-operator (LB-IPAM and the BGP control plane's node configs), Announcer for one node's cilium-agent
-// as an L2 announcer or BGP speaker. test/integration and the demo's and bench's envtest parts use both; test/operator
-// runs the real operator and uses only Announcer; test/agents runs the real operator and agents and uses neither.
+// as an L2 announcer or BGP speaker. test/integration and the bench's envtest sections use both; test/operator and the
+// demo run the real operator and use only Announcer; test/agents runs the real operator and agents and uses neither.
 package ciliumfake
 
 import (

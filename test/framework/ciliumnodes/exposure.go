@@ -36,8 +36,8 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
 )
 
-// Expose runs the agents unless they run, starts the operator of Gardener's chart from its admitted pod, creates the shoot's
-// exposure as gardenadm does, waits until the extension reports the VIP and an agent holds the announcement lease,
+// Expose runs the agents unless they run, starts the operator of their Cilium version from its admitted pod
+// (startOperator), creates the shoot's exposure as gardenadm does, waits until the extension reports the VIP and an agent holds the announcement lease,
 // once.
 func (c L2) Expose(ctx context.Context) (*extensionsv1alpha1.SelfHostedShootExposure, error) {
 	c.mu.Lock()
@@ -70,12 +70,12 @@ func (c L2) Expose(ctx context.Context) (*extensionsv1alpha1.SelfHostedShootExpo
 	return exp, nil
 }
 
-// startOperator admits the operator pod of the chart whose agents run and runs its operator container on
-// OperatorNode. The pod is admitted as a dry run: stored, kube-scheduler would bind it to whatever node it picks,
+// startOperator admits the operator pod of the Cilium version whose agents run (Gardener's chart's for its version, as
+// before any switch) and runs its operator container on OperatorNode. The pod is admitted as a dry run: stored, kube-scheduler would bind it to whatever node it picks,
 // where no kubelet would ever report it ready.
 func (c *Cluster) startOperator(ctx context.Context) error {
 	chart := GardenerChart
-	if c.running != nil {
+	if c.running != nil && c.running.Chart.version() != chart.version() {
 		chart = c.running.Chart
 	}
 	pod := ciliumchart.DeploymentPod(c.installed[chart].operator)
@@ -83,13 +83,17 @@ func (c *Cluster) startOperator(ctx context.Context) error {
 		return err
 	}
 	c.operatorPod, c.operatorChart, c.operatorExited = pod, chart, time.Time{}
-	return c.runOperator(ctx)
+	if err := c.runOperator(ctx); err != nil {
+		c.operatorChart = "" // none runs: the next Run starts one again
+		return err
+	}
+	return nil
 }
 
 // useOperatorOf replaces a running operator of another Cilium version than chart's with chart's, stopping it as
 // kubelet stops a replaced pod's container: each line runs its own operator, as a cluster on that version does.
 func (c *Cluster) useOperatorOf(ctx context.Context, chart Chart) error {
-	if c.operatorPod == nil || c.operatorChart.version() == chart.version() {
+	if c.operatorPod == nil || (c.operatorChart != "" && c.operatorChart.version() == chart.version()) {
 		return nil
 	}
 	n := c.nodes[OperatorNode]

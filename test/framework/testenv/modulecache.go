@@ -4,15 +4,17 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 
 	"golang.org/x/sys/unix"
 )
 
-// ModuleCacheUnderTmp points this process's go commands (ModuleDir) at the module cache bound read-only at
-// /tmp/<name>, as a CI runner that sets GOMODCACHE=/tmp/... has it, so that a suite shows its processes work with the
-// caches anywhere (their containers hide the machine's /tmp). modules are resolved first, as the bind takes no
-// download. Read-only, so that nothing that clears /tmp reaches the real cache; the returned function undoes it.
+// ModuleCacheUnderTmp points this process's go commands (ModuleDir) at the module cache bound read-only at name in the
+// suite's temporary folder below /tmp, as a CI runner that sets GOMODCACHE=/tmp/... has it, so that a suite shows its
+// processes work with the caches anywhere (their containers hide the machine's /tmp). modules are resolved first, as
+// the bind takes no download. Read-only, so that nothing that clears /tmp reaches the real cache; the returned function
+// undoes it, and should the suite die, its reaper unmounts what lies below its folder.
 func ModuleCacheUnderTmp(name string, modules ...string) (func(), error) {
 	if err := Root(); err != nil {
 		return nil, err
@@ -26,7 +28,10 @@ func ModuleCacheUnderTmp(name string, modules ...string) (func(), error) {
 	if err != nil {
 		return nil, fmt.Errorf("go env GOMODCACHE: %w", err)
 	}
-	cache, dir := strings.TrimSpace(string(out)), "/tmp/"+name
+	cache, dir := strings.TrimSpace(string(out)), filepath.Join(os.TempDir(), name)
+	if !strings.HasPrefix(dir, "/tmp/") {
+		dir = filepath.Join("/tmp", name)
+	}
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil, err
 	}
