@@ -83,6 +83,8 @@ func helper(mode string) {
 	}
 	switch mode {
 	case "panic", "nested":
+		// Once the test has seen its processes run: a panic right after saying what it started would end them first.
+		_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
 		go func() { panic("on purpose: a test of the suite panics") }()
 		select {}
 	case "kill":
@@ -131,6 +133,10 @@ func startHelper(t *testing.T, mode string) (*exec.Cmd, started, *bytes.Buffer) 
 	if err != nil {
 		t.Fatal(err)
 	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -161,6 +167,8 @@ func startHelper(t *testing.T, mode string) (*exec.Cmd, started, *bytes.Buffer) 
 			t.Fatalf("process %d of the helper is not running", pid)
 		}
 	}
+	// A helper that ends by itself goes on now.
+	_, _ = stdin.Write([]byte("\n"))
 	return cmd, s, stderr
 }
 
