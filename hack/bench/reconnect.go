@@ -95,13 +95,13 @@ func agentRepins(r *report, runs int) error {
 		// moveAll moves every control-plane node to the addresses of set, once worker-0's agent runs from its current
 		// pod, and returns that pod and when the last node moved.
 		moveAll := func(set int) (*corev1.Pod, time.Time, error) {
-			pod, err := cluster.RunningPod(ctx, "worker-0", 3*time.Minute)
+			pod, err := cluster.Repins().RunningPod(ctx, "worker-0", 3*time.Minute)
 			if err != nil {
 				return nil, time.Time{}, err
 			}
 			for i, n := range cluster.Nodes() {
 				if n.ControlPlane {
-					if err := cluster.MoveNode(ctx, n.Name, fmt.Sprintf("10.0.1.%d", 100+3*set+i)); err != nil {
+					if err := cluster.Repins().MoveNode(ctx, n.Name, fmt.Sprintf("10.0.1.%d", 100+3*set+i)); err != nil {
 						return nil, time.Time{}, err
 					}
 				}
@@ -114,7 +114,7 @@ func agentRepins(r *report, runs int) error {
 			if err != nil {
 				return err
 			}
-			rp, err := cluster.WaitForRepin(ctx, "worker-0", pod.UID, moved, 3*time.Minute)
+			rp, err := cluster.Repins().WaitForRepin(ctx, "worker-0", pod.UID, moved, 3*time.Minute)
 			if err != nil {
 				return err
 			}
@@ -132,7 +132,7 @@ func agentRepins(r *report, runs int) error {
 		if err != nil {
 			return err
 		}
-		if rp, err := cluster.WaitForRepin(ctx, "worker-0", pod.UID, moved, strandedWindow); err == nil {
+		if rp, err := cluster.Repins().WaitForRepin(ctx, "worker-0", pod.UID, moved, strandedWindow); err == nil {
 			return fmt.Errorf("with re-pinning switched off, the agent was connected to %s from pod %s after %s", rp.To.Name, rp.Pod.Name, rp.After)
 		}
 		fmt.Printf("   re-pinning off: still stranded after %s\n", strandedWindow)

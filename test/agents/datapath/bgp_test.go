@@ -21,68 +21,68 @@ const ecmpConnections = 30
 // TestBGP: the operator switches the exposure to `announcement: BGP` with the top-of-rack router of docs/bgp.md as its
 // peer; FRR runs that configuration verbatim. The exposure turns Succeeded only once the real agents advertise the VIP:
 // by then the router has a route to it. HTTPS through the VIP from the client behind the router then works via every
-// control-plane node, none failing, with the agents that ran through the replacement of the Service. With each Cilium
-// line's agents started afresh: every control-plane node advertises the VIP (one next hop
-// each in the router's kernel) and no other node peers; the router spreads new connections over all of them and none
-// fails, each reaching a kube-apiserver whose certificate verifies under the shoot's API name. When a control-plane
-// node fails, the router withdraws its route (bgpWithdrawals). No FRR process runs in the machine's network namespace.
-// The exposure goes back to L2 afterwards.
+// control-plane node, none failing, with the agents that ran through the replacement of the Service. With the agents
+// started afresh: every control-plane node advertises the VIP (one next hop each in the router's kernel) and no other
+// node peers; the router spreads new connections over all of them and none fails, each reaching a kube-apiserver whose
+// certificate verifies under the shoot's API name. No FRR process runs in the machine's network namespace. The
+// exposure goes back to L2 afterwards. On each lane, with its line; then Gardener's lane has control-plane nodes fail
+// (bgpWithdrawals) and its DaemonSet roll (bgpRollingUpdate), the newest line's one kube-apiserver stop, once with its
+// node drained first: the lanes take about as long.
 func TestBGP(t *testing.T) {
 	if why := frr.Available(); why != "" {
 		t.Skip(why)
 	}
+	onEachLane(t, bgpOnLane)
+}
+
+func bgpOnLane(t *testing.T, l *lane) {
 	ctx := context.Background()
-	exp := expose(t)
-	router, err := cluster.BGP().StartRouter(ctx)
+	exp := expose(t, l)
+	router, err := l.cluster.BGP().StartRouter(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := cluster.BGP().Announce(ctx, exp, fixtures.ExposureConfigL2); err != nil {
+		if err := l.cluster.BGP().Announce(ctx, exp, fixtures.ExposureConfigL2); err != nil {
 			t.Errorf("back to L2: %v", err)
 		}
-		if _, err := cluster.L2().WaitForLeaseHolder(ctx, exp, ""); err != nil {
+		if _, err := l.cluster.L2().WaitForLeaseHolder(ctx, exp, ""); err != nil {
 			t.Errorf("back to L2: %v", err)
 		}
-		cluster.BGP().StopRouter()
+		l.cluster.BGP().StopRouter()
 	})
-	through := cluster.Chart()
-	if err := cluster.BGP().Announce(ctx, exp, ciliumnodes.ExposureConfigBGP); err != nil {
+	if err := l.cluster.BGP().Announce(ctx, exp, ciliumnodes.ExposureConfigBGP); err != nil {
 		t.Fatalf("switching the exposure to BGP: %v\n%s", err, router.Log())
 	}
 	// Read right after the exposure was seen Succeeded: the route must be there already.
 	if hops, err := router.NextHops(fixtures.ExposureVIP); err != nil || len(hops) == 0 {
 		neighbors, _ := router.Neighbors(ctx)
 		t.Errorf("the exposure is Succeeded, but the router has no route to the VIP (%v; neighbours %+v)\n%s\n--- the router's log ---\n%s",
-			err, neighbors, cluster.BGP().NodeConfigs(ctx), router.Log())
+			err, neighbors, l.cluster.BGP().NodeConfigs(ctx), router.Log())
 	}
 	if len(exp.Status.Ingress) != 1 || exp.Status.Ingress[0].IP != fixtures.ExposureVIP {
 		t.Errorf("status.ingress %+v, want %s", exp.Status.Ingress, fixtures.ExposureVIP)
 	}
 	// Every node's load balancer serves the VIP by the time the router routes it there: the Service's replacement
 	// leaves no new connection unserved.
-	took, early, err := cluster.BGP().ServedViaEveryNode(ctx, router)
+	took, early, err := l.cluster.BGP().ServedViaEveryNode(ctx, router)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(early) > 0 {
 		t.Errorf("after the switch from L2 (agents of %s running through it), %d new connections through the VIP failed before one had worked via every node: %v",
-			through, len(early), early)
+			l.line, len(early), early)
 	}
 	t.Logf("after the switch from L2 (agents of %s running through it), HTTPS through the VIP worked via every node %s after Succeeded",
-		through, took.Round(100*time.Millisecond))
-	// The agents that ran through the switch last: each line's start afresh.
-	lines := slices.Clone(ciliumLines)
-	if i := slices.Index(lines, through); i >= 0 {
-		lines = append(slices.Delete(lines, i, i+1), through)
+		l.line, took.Round(100*time.Millisecond))
+	t.Run("agents started afresh", func(t *testing.T) { bgpAdvertised(t, l, router) })
+	if l == gardenerLane {
+		t.Run("withdrawal", func(t *testing.T) { bgpWithdrawals(t, l, exp, router) })
+		t.Run("rolling update", func(t *testing.T) { bgpRollingUpdate(t, l, exp, router) })
+	} else {
+		t.Run("one kube-apiserver down", func(t *testing.T) { bgpWithOneAPIServerDown(t, l, exp, router) })
+		t.Run("one kube-apiserver down, its node drained first", func(t *testing.T) { bgpDrainedAPIServerRestart(t, l, exp, router) })
 	}
-	for _, line := range lines {
-		t.Run(string(line), func(t *testing.T) { bgpAdvertised(t, router, line) })
-	}
-	t.Run("one kube-apiserver down", func(t *testing.T) { bgpWithOneAPIServerDown(t, exp, router) })
-	t.Run("one kube-apiserver down, its node drained first", func(t *testing.T) { bgpDrainedAPIServerRestart(t, exp, router) })
-	t.Run("withdrawal", func(t *testing.T) { bgpWithdrawals(t, exp, router) })
-	t.Run("rolling update", func(t *testing.T) { bgpRollingUpdate(t, exp, router) })
 	if found, err := frr.InMachineNamespace(); err != nil || len(found) > 0 {
 		t.Errorf("FRR processes in the machine's network namespace: %v (%v)", found, err)
 	}
@@ -95,15 +95,15 @@ func TestBGP(t *testing.T) {
 // kube-apiserver only at localhost), which still load-balances to its own stopped kube-apiserver until that serves
 // again: the share of the connections the router sends there that fail is logged (docs/bgp.md, "One kube-apiserver
 // down").
-func bgpWithOneAPIServerDown(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure, router *ciliumnodes.Router) {
+func bgpWithOneAPIServerDown(t *testing.T, l *lane, exp *extensionsv1alpha1.SelfHostedShootExposure, router *ciliumnodes.Router) {
 	ctx := context.Background()
-	if _, err := cluster.Run(ctx, ciliumnodes.Agents{}); err != nil {
+	if err := l.run(ctx, ciliumnodes.Agents{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := cluster.ExtensionArgs(ctx); err != nil {
+	if err := l.cluster.ExtensionArgs(ctx); err != nil {
 		t.Fatal(err)
 	}
-	o, err := cluster.L2().StopOneAPIServer(ctx, exp, ciliumnodes.Outage{Attempts: ecmpConnections, Router: router})
+	o, err := l.cluster.L2().StopOneAPIServer(ctx, exp, ciliumnodes.Outage{Attempts: ecmpConnections, Router: router})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,40 +121,40 @@ func bgpWithOneAPIServerDown(t *testing.T, exp *extensionsv1alpha1.SelfHostedSho
 // kube-apiserver, withdraws its route from the router. Its kube-apiserver then stops and comes back: the router sends
 // that node no connection meanwhile, and those the other nodes' agents send to the stopped kube-apiserver fail only
 // until its endpoint is published not ready, as under L2. Once the label is gone, the node advertises again.
-func bgpDrainedAPIServerRestart(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure, router *ciliumnodes.Router) {
+func bgpDrainedAPIServerRestart(t *testing.T, l *lane, exp *extensionsv1alpha1.SelfHostedShootExposure, router *ciliumnodes.Router) {
 	ctx := context.Background()
-	if err := cluster.BGP().Announce(ctx, exp, ciliumnodes.ExposureConfigBGPWith(ciliumnodes.BGPSettings{Drainable: true})); err != nil {
+	if err := l.cluster.BGP().Announce(ctx, exp, ciliumnodes.ExposureConfigBGPWith(ciliumnodes.BGPSettings{Drainable: true})); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := cluster.BGP().Announce(ctx, exp, ciliumnodes.ExposureConfigBGP); err != nil {
+		if err := l.cluster.BGP().Announce(ctx, exp, ciliumnodes.ExposureConfigBGP); err != nil {
 			t.Errorf("back to the exposure's defaults: %v", err)
 		}
 	})
-	if _, err := cluster.Run(ctx, ciliumnodes.Agents{}); err != nil {
+	if err := l.run(ctx, ciliumnodes.Agents{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := router.WaitForEveryNextHop(ctx); err != nil {
 		t.Fatal(err)
 	}
 	drained := fixtures.Nodes()[0].Name
-	address := cluster.Node(drained).Address()
+	address := l.cluster.Node(drained).Address()
 	others := slices.DeleteFunc(slices.Clone(fixtures.ControlPlaneIPs), func(ip string) bool { return ip == address })
 	start := time.Now()
-	if err := cluster.BGP().Drain(ctx, drained, true); err != nil {
+	if err := l.cluster.BGP().Drain(ctx, drained, true); err != nil {
 		t.Fatal(err)
 	}
 	undrained := false
 	t.Cleanup(func() {
 		if !undrained {
-			_ = cluster.BGP().Drain(ctx, drained, false)
+			_ = l.cluster.BGP().Drain(ctx, drained, false)
 		}
 	})
 	if err := router.WaitForNextHops(ctx, others); err != nil {
-		t.Fatalf("after labelling %s with %s: %v\n%s", drained, ciliumnodes.DrainLabel, err, cluster.BGP().NodeConfigs(ctx))
+		t.Fatalf("after labelling %s with %s: %v\n%s", drained, ciliumnodes.DrainLabel, err, l.cluster.BGP().NodeConfigs(ctx))
 	}
 	withdrawn := time.Since(start)
-	o, err := cluster.L2().StopOneAPIServer(ctx, exp, ciliumnodes.Outage{Attempts: ecmpConnections, Router: router, Drained: drained})
+	o, err := l.cluster.L2().StopOneAPIServer(ctx, exp, ciliumnodes.Outage{Attempts: ecmpConnections, Router: router, Drained: drained})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,18 +164,18 @@ func bgpDrainedAPIServerRestart(t *testing.T, exp *extensionsv1alpha1.SelfHosted
 	}
 	undrained = true
 	start = time.Now()
-	if err := cluster.BGP().Drain(ctx, drained, false); err != nil {
+	if err := l.cluster.BGP().Drain(ctx, drained, false); err != nil {
 		t.Fatal(err)
 	}
 	// Two watches of a node's agent that just went through its kube-apiserver's outage may each wait up to a minute
 	// before they retry (WaitForDrainCopied): the Node's, before the agent copies the label's removal for the
 	// operator, and the CiliumBGPNodeConfigs', before it sees the operator's new one.
-	if err := cluster.BGP().WaitForDrainCopied(ctx, drained, false, 3*time.Minute); err != nil {
-		t.Fatalf("%s's agent did not copy the removal of %s onto its CiliumNode: %v\n%s", drained, ciliumnodes.DrainLabel, err, cluster.BGP().NodeConfigs(ctx))
+	if err := l.cluster.BGP().WaitForDrainCopied(ctx, drained, false, 3*time.Minute); err != nil {
+		t.Fatalf("%s's agent did not copy the removal of %s onto its CiliumNode: %v\n%s", drained, ciliumnodes.DrainLabel, err, l.cluster.BGP().NodeConfigs(ctx))
 	}
 	copied := time.Since(start)
 	if err := router.WaitForEveryNextHop(ctx); err != nil {
-		t.Fatalf("after removing %s from %s: %v\n%s", ciliumnodes.DrainLabel, drained, err, cluster.BGP().NodeConfigs(ctx))
+		t.Fatalf("after removing %s from %s: %v\n%s", ciliumnodes.DrainLabel, drained, err, l.cluster.BGP().NodeConfigs(ctx))
 	}
 	t.Logf("%s drained: its route withdrawn %s after the label; its kube-apiserver down: %d of %d new connections from behind the router failed, the last %s after the stop, "+
 		"published not ready after %s, %d failed after that; back: published ready after %s, %d of %d failed; undrained: the label's removal on its CiliumNode after %s, its route back after %s",
@@ -183,9 +183,9 @@ func bgpDrainedAPIServerRestart(t *testing.T, exp *extensionsv1alpha1.SelfHosted
 		o.FailedAfterSettled, o.Back.Round(100*time.Millisecond), o.BackFailed, o.BackAttempts, copied.Round(100*time.Millisecond), time.Since(start).Round(100*time.Millisecond))
 }
 
-func bgpAdvertised(t *testing.T, router *ciliumnodes.Router, line ciliumnodes.Chart) {
+func bgpAdvertised(t *testing.T, l *lane, router *ciliumnodes.Router) {
 	ctx := context.Background()
-	if _, err := cluster.Run(ctx, ciliumnodes.Agents{Chart: line}); err != nil {
+	if err := l.run(ctx, ciliumnodes.Agents{Afresh: true}); err != nil {
 		t.Fatal(err)
 	}
 	if err := router.WaitForEveryNextHop(ctx); err != nil {
@@ -205,7 +205,7 @@ func bgpAdvertised(t *testing.T, router *ciliumnodes.Router, line ciliumnodes.Ch
 	if !slices.Equal(established, fixtures.ControlPlaneIPs) {
 		t.Errorf("established sessions with %v (%+v), want exactly the control-plane nodes %v", established, neighbors, fixtures.ControlPlaneIPs)
 	}
-	took, early, err := cluster.BGP().ServedViaEveryNode(ctx, router)
+	took, early, err := l.cluster.BGP().ServedViaEveryNode(ctx, router)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func bgpAdvertised(t *testing.T, router *ciliumnodes.Router, line ciliumnodes.Ch
 	var failures []string
 	for range ecmpConnections {
 		sport := router.NextSourcePort()
-		_, err := cluster.BGP().ReadyzFromRemote(ctx, router, sport)
+		_, err := l.cluster.BGP().ReadyzFromRemote(ctx, router, sport)
 		hop := router.Hop(ctx, sport)
 		via[hop]++
 		if err != nil {
@@ -241,10 +241,10 @@ func bgpAdvertised(t *testing.T, router *ciliumnodes.Router, line ciliumnodes.Ch
 // the fast profile (hold 3 s, keepalive 1 s) for the node deaths, whose sessions end only with the hold timer. The
 // times are logged (make bench reports them over many runs); the node comes back with the next Run, and its route with
 // it.
-func bgpWithdrawals(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure, router *ciliumnodes.Router) {
+func bgpWithdrawals(t *testing.T, l *lane, exp *extensionsv1alpha1.SelfHostedShootExposure, router *ciliumnodes.Router) {
 	ctx := context.Background()
 	t.Cleanup(func() {
-		if err := cluster.BGP().Announce(ctx, exp, ciliumnodes.ExposureConfigBGP); err != nil {
+		if err := l.cluster.BGP().Announce(ctx, exp, ciliumnodes.ExposureConfigBGP); err != nil {
 			t.Errorf("back to the default timers: %v", err)
 		}
 	})
@@ -261,13 +261,13 @@ func bgpWithdrawals(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposur
 		if profile.hold != 9 {
 			config = ciliumnodes.ExposureConfigBGPWith(ciliumnodes.BGPSettings{HoldTime: profile.hold, KeepAlive: profile.keepalive})
 		}
-		if err := cluster.BGP().Announce(ctx, exp, config); err != nil {
+		if err := l.cluster.BGP().Announce(ctx, exp, config); err != nil {
 			t.Fatal(err)
 		}
 		hold := time.Duration(profile.hold) * time.Second
 		for _, failure := range profile.failures {
 			t.Run(profile.name+"/"+string(failure), func(t *testing.T) {
-				if _, err := cluster.Run(ctx, ciliumnodes.Agents{}); err != nil {
+				if err := l.run(ctx, ciliumnodes.Agents{}); err != nil {
 					t.Fatal(err)
 				}
 				if err := router.WaitForEveryNextHop(ctx); err != nil {
@@ -284,7 +284,7 @@ func bgpWithdrawals(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposur
 				}
 				node := fixtures.Nodes()[i%len(fixtures.ControlPlaneIPs)].Name
 				i++
-				w, err := cluster.BGP().FailNode(ctx, router, node, failure, hold+10*time.Second)
+				w, err := l.cluster.BGP().FailNode(ctx, router, node, failure, hold+10*time.Second)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -316,10 +316,10 @@ const rolloutRestartTime = 60
 // next hop (the router keeps its route as stale: Cilium sends the restart and forwarding bits, FRR is a helper by
 // default), so the router does not rehash. What happened to new and established connections from behind the router
 // is logged; make bench reports it over several runs (docs/bgp.md, "Graceful restart").
-func bgpRollingUpdate(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure, router *ciliumnodes.Router) {
+func bgpRollingUpdate(t *testing.T, l *lane, exp *extensionsv1alpha1.SelfHostedShootExposure, router *ciliumnodes.Router) {
 	ctx := context.Background()
 	t.Cleanup(func() {
-		if err := cluster.BGP().Announce(ctx, exp, ciliumnodes.ExposureConfigBGP); err != nil {
+		if err := l.cluster.BGP().Announce(ctx, exp, ciliumnodes.ExposureConfigBGP); err != nil {
 			t.Errorf("back to the exposure's defaults: %v", err)
 		}
 	})
@@ -328,13 +328,13 @@ func bgpRollingUpdate(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExpos
 		restart int
 	}{{"graceful restart off", 0}, {"graceful restart on", rolloutRestartTime}} {
 		t.Run(gr.name, func(t *testing.T) {
-			if err := cluster.BGP().Announce(ctx, exp, ciliumnodes.ExposureConfigBGPWith(ciliumnodes.BGPSettings{GracefulRestart: gr.restart})); err != nil {
+			if err := l.cluster.BGP().Announce(ctx, exp, ciliumnodes.ExposureConfigBGPWith(ciliumnodes.BGPSettings{GracefulRestart: gr.restart})); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := cluster.Run(ctx, ciliumnodes.Agents{Chart: ciliumnodes.GardenerChart}); err != nil {
+			if err := l.run(ctx, ciliumnodes.Agents{}); err != nil {
 				t.Fatal(err)
 			}
-			r, err := cluster.RollOut(ctx, exp, establishedThroughRollout, router)
+			r, err := l.cluster.RollOut(ctx, exp, establishedThroughRollout, router)
 			if err != nil {
 				t.Fatal(err)
 			}

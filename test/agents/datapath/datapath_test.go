@@ -13,28 +13,34 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/podrun"
 )
 
-// TestAgentsReady: with each chart (Gardener's, which real shoots get, and upstream's of the same Cilium version),
-// every agent, started
-// from the pod the webhook admitted for its node, becomes ready and is then connected (by the address pairs of its
-// own sockets) on a control-plane node only to its own node's kube-apiserver at localhost, on a worker only to the
-// control-plane node its hostAliases list first, with Gardener's certificate verified. No node ever sent a packet to
-// the ClusterIP or the VIP, and nothing reached the `kubernetes` Service's backend, where socket load-balancing leads
-// the ClusterIP.
+// TestAgentsReady: with each chart (Gardener's, which real shoots get, and upstream's: of the newest line and of
+// Gardener's Cilium version), every agent, started from the pod the webhook admitted for its node, becomes ready and
+// is then connected (by the address pairs of its own sockets) on a control-plane node only to its own node's
+// kube-apiserver at localhost, on a worker only to the control-plane node its hostAliases list first, with Gardener's
+// certificate verified. No node ever sent a packet to the ClusterIP or the VIP, and nothing reached the `kubernetes`
+// Service's backend, where socket load-balancing leads the ClusterIP.
 func TestAgentsReady(t *testing.T) {
-	for _, chart := range runningFirst([]ciliumnodes.Chart{ciliumnodes.GardenerChart, ciliumnodes.UpstreamChart}) {
-		t.Run(string(chart), func(t *testing.T) {
-			pods, err := cluster.Run(context.Background(), ciliumnodes.Agents{Chart: chart})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, n := range cluster.Nodes() {
-				assertConnections(t, n, pods[n.Name])
-			}
-		})
-	}
+	onEachLane(t, func(t *testing.T, l *lane) {
+		charts := []ciliumnodes.Chart{l.line}
+		if l == newestLane {
+			// Upstream's chart of Gardener's version too; the lane's own last, which its next case runs.
+			charts = []ciliumnodes.Chart{ciliumnodes.UpstreamChart, l.line}
+		}
+		for _, chart := range charts {
+			t.Run(string(chart), func(t *testing.T) {
+				pods, err := l.cluster.Run(context.Background(), ciliumnodes.Agents{Chart: chart})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, n := range l.cluster.Nodes() {
+					assertConnections(t, l.cluster, n, pods[n.Name])
+				}
+			})
+		}
+	})
 }
 
-func assertConnections(t *testing.T, n *ciliumnodes.Node, pod *corev1.Pod) {
+func assertConnections(t *testing.T, c *ciliumnodes.Cluster, n *ciliumnodes.Node, pod *corev1.Pod) {
 	t.Helper()
 	allowed := []string{podrun.LocalAPIServer}
 	if !n.ControlPlane {
@@ -43,7 +49,7 @@ func assertConnections(t *testing.T, n *ciliumnodes.Node, pod *corev1.Pod) {
 		allowed = nil
 		for _, a := range pod.Spec.HostAliases {
 			allowed = append(allowed, a.IP+":443")
-			if !cluster.Disturbed(cluster.NodeByIP(a.IP).Name) {
+			if !c.Disturbed(c.NodeByIP(a.IP).Name) {
 				break
 			}
 		}
@@ -78,9 +84,12 @@ func assertConnections(t *testing.T, n *ciliumnodes.Node, pod *corev1.Pod) {
 // connection, and the agent dials the next control-plane node of its hostAliases, each address getting a third of the
 // 6 s dial timeout the webhook sets. The wait ends before client-go's defaults (30 s + 15 s) could have closed the
 // connection at all, so a pass shows the tightened check at work; the same run with the defaults shows the agent still
-// on the dead connection after that bound. The times are logged (`make bench` measures them).
+// on the dead connection after that bound. The times are logged (`make bench` measures them). On the newest line's lane,
+// which has the shorter cases.
 func TestBlackHoledControlPlaneNode(t *testing.T) {
 	const bound = 30 * time.Second
+	l := newestLane
+	l.hold(t)
 	for _, tc := range []struct {
 		death    ciliumnodes.Death
 		defaults bool
@@ -91,16 +100,16 @@ func TestBlackHoledControlPlaneNode(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			if _, err := cluster.Run(ctx, ciliumnodes.Agents{ClientDefaults: tc.defaults}); err != nil {
+			if err := l.run(ctx, ciliumnodes.Agents{ClientDefaults: tc.defaults}); err != nil {
 				t.Fatal(err)
 			}
-			r, err := cluster.Reconnects().BlackHole(ctx, "worker-0", tc.death, bound)
+			r, err := l.cluster.Reconnects().BlackHole(ctx, "worker-0", tc.death, bound)
 			if tc.defaults {
 				if err == nil {
 					t.Fatalf("with the defaults, the agent left dead %s for %s after %s, before client-go's health check could have closed the connection", r.From, r.To, r.After)
 				}
 				// It does get over it, once the defaults close the connection.
-				r, err = cluster.Reconnects().WaitForReconnect(ctx, r, 2*time.Minute)
+				r, err = l.cluster.Reconnects().WaitForReconnect(ctx, r, 2*time.Minute)
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -114,16 +123,18 @@ func TestBlackHoledControlPlaneNode(t *testing.T) {
 // stays up. When that kube-apiserver stops (its connections closed, its port refusing), the agent is connected to
 // another control-plane node; when only the connection is reset, it connects again. Both within a bound shorter than
 // client-go's HTTP/2 health check (45 s), which only a dead peer needs; the times are logged (`make bench` measures
-// them, also with client-go's and Cilium's defaults).
+// them, also with client-go's and Cilium's defaults). On the newest line's lane.
 func TestConnectionEndsWithNodeUp(t *testing.T) {
 	const bound = 30 * time.Second
+	l := newestLane
+	l.hold(t)
 	for _, how := range []ciliumnodes.Disconnection{ciliumnodes.APIServerStopped, ciliumnodes.ConnectionReset} {
 		t.Run(string(how), func(t *testing.T) {
 			ctx := context.Background()
-			if _, err := cluster.Run(ctx, ciliumnodes.Agents{}); err != nil {
+			if err := l.run(ctx, ciliumnodes.Agents{}); err != nil {
 				t.Fatal(err)
 			}
-			r, err := cluster.Reconnects().Disconnect(ctx, "worker-0", how, bound)
+			r, err := l.cluster.Reconnects().Disconnect(ctx, "worker-0", how, bound)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -39,37 +39,40 @@ const repinBound = 45 * time.Second
 //   - The same with re-pinning switched off (--disable-controllers=cilium-repin): the agent stays stranded, on the same
 //     pod, for all of repinBound.
 //
-// Kubernetes' DaemonSet controller and scheduler make the replacements; the harness is the nodes' kubelet (Envoy's
+// Kubernetes' DaemonSet controller and scheduler make the replacements from the agent DaemonSet of upstream's chart
+// installed on the newest line's lane (which balances the lanes' times); the harness is the nodes' kubelet (Envoy's
 // DaemonSet, which cannot run here, is left out).
 func TestControlPlaneNodesAtNewAddresses(t *testing.T) {
 	const worker = "worker-0"
 	ctx := context.Background()
-	showExtensionLogsOnFailure(t)
-	if _, err := cluster.Run(ctx, ciliumnodes.Agents{Chart: ciliumnodes.GardenerChart}); err != nil {
+	l := newestLane
+	l.hold(t)
+	showExtensionLogsOnFailure(t, l)
+	if err := l.run(ctx, ciliumnodes.Agents{}); err != nil {
 		t.Fatal(err)
 	}
 	repinOff := false
-	t.Cleanup(func() { restoreAddresses(t, worker, repinOff) })
-	pod, err := cluster.RunningPod(ctx, worker, repinBound)
+	t.Cleanup(func() { restoreAddresses(t, l, worker, repinOff) })
+	pod, err := l.cluster.Repins().RunningPod(ctx, worker, repinBound)
 	if err != nil {
 		t.Fatal(err)
 	}
-	connected(t, worker)
+	connected(t, l, worker)
 
 	// The first address of the worker's pod moves.
-	first := cluster.NodeByIP(pod.Spec.HostAliases[0].IP)
+	first := l.cluster.NodeByIP(pod.Spec.HostAliases[0].IP)
 	if first == nil {
 		t.Fatalf("the first hostAlias of %s, %s, is no node's address", pod.Name, pod.Spec.HostAliases[0].IP)
 	}
 	t.Logf("%s, the first address of %s (hostAliases %v), moves", first.Name, pod.Name, pod.Spec.HostAliases)
-	moved := moveNodes(t, map[string]string{first.Name: "10.0.1.20"})
-	pod = repinned(t, worker, pod.UID, moved)
+	moved := moveNodes(t, l, map[string]string{first.Name: "10.0.1.20"})
+	pod = repinned(t, l, worker, pod.UID, moved)
 
 	// Every control-plane node moves.
-	moved = moveNodes(t, map[string]string{"cp-0": "10.0.1.30", "cp-1": "10.0.1.31", "cp-2": "10.0.1.32"})
-	pod = repinned(t, worker, pod.UID, moved)
+	moved = moveNodes(t, l, map[string]string{"cp-0": "10.0.1.30", "cp-1": "10.0.1.31", "cp-2": "10.0.1.32"})
+	pod = repinned(t, l, worker, pod.UID, moved)
 	events := &corev1.EventList{}
-	if err := env.Client.List(ctx, events, client.InNamespace(cilium.Namespace)); err != nil {
+	if err := l.env.Client.List(ctx, events, client.InNamespace(cilium.Namespace)); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.ContainsFunc(events.Items, func(e corev1.Event) bool {
@@ -80,38 +83,38 @@ func TestControlPlaneNodesAtNewAddresses(t *testing.T) {
 
 	// Every control-plane node moves again, with re-pinning off.
 	repinOff = true
-	if err := cluster.ExtensionArgs(ctx, "--disable-controllers="+repin.ControllerName); err != nil {
+	if err := l.cluster.ExtensionArgs(ctx, "--disable-controllers="+repin.ControllerName); err != nil {
 		t.Fatal(err)
 	}
-	moved = moveNodes(t, map[string]string{"cp-0": "10.0.1.40", "cp-1": "10.0.1.41", "cp-2": "10.0.1.42"})
+	moved = moveNodes(t, l, map[string]string{"cp-0": "10.0.1.40", "cp-1": "10.0.1.41", "cp-2": "10.0.1.42"})
 	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, repinBound, true, func(context.Context) (bool, error) {
-		_, err := cluster.Reconnects().ConnectedTo(worker)
-		return err == nil || cluster.AgentPod(worker).UID != pod.UID, nil
+		_, err := l.cluster.Reconnects().ConnectedTo(worker)
+		return err == nil || l.cluster.Repins().AgentPod(worker).UID != pod.UID, nil
 	})
 	if err == nil {
 		t.Fatalf("without re-pinning, the agent on %s got over the move of every control-plane node: pod %s, connected: %v",
-			worker, cluster.AgentPod(worker).Name, peers(worker))
+			worker, l.cluster.Repins().AgentPod(worker).Name, peers(l, worker))
 	}
 	t.Logf("without re-pinning, the agent on %s was still stranded %s after every control-plane node moved: pod %s, hostAliases %v, connected to %v",
-		worker, time.Since(moved).Round(time.Second), pod.Name, pod.Spec.HostAliases, peers(worker))
+		worker, time.Since(moved).Round(time.Second), pod.Name, pod.Spec.HostAliases, peers(l, worker))
 }
 
 // connected waits until the worker's agent is connected to a control-plane node.
-func connected(t *testing.T, worker string) {
+func connected(t *testing.T, l *lane, worker string) {
 	t.Helper()
 	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, repinBound, true, func(context.Context) (bool, error) {
-		_, err := cluster.Reconnects().ConnectedTo(worker)
+		_, err := l.cluster.Reconnects().ConnectedTo(worker)
 		return err == nil, nil
 	}); err != nil {
-		t.Fatalf("the agent on %s is connected to no control-plane node: %v: %v", worker, peers(worker), err)
+		t.Fatalf("the agent on %s is connected to no control-plane node: %v: %v", worker, peers(l, worker), err)
 	}
 }
 
 // moveNodes moves the nodes (name → new address) one after the other, and returns when the last one had moved.
-func moveNodes(t *testing.T, to map[string]string) time.Time {
+func moveNodes(t *testing.T, l *lane, to map[string]string) time.Time {
 	t.Helper()
 	for _, name := range slices.Sorted(maps.Keys(to)) {
-		if err := cluster.MoveNode(context.Background(), name, to[name]); err != nil {
+		if err := l.cluster.Repins().MoveNode(context.Background(), name, to[name]); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -120,14 +123,14 @@ func moveNodes(t *testing.T, to map[string]string) time.Time {
 
 // repinned waits until the worker runs a pod other than old, pinned to exactly the control-plane nodes' current
 // addresses, whose agent is connected to one of them; it returns that pod.
-func repinned(t *testing.T, worker string, old types.UID, since time.Time) *corev1.Pod {
+func repinned(t *testing.T, l *lane, worker string, old types.UID, since time.Time) *corev1.Pod {
 	t.Helper()
-	r, err := cluster.WaitForRepin(context.Background(), worker, old, since, repinBound)
+	r, err := l.cluster.Repins().WaitForRepin(context.Background(), worker, old, since, repinBound)
 	if err != nil {
-		t.Fatalf("%v\n%s", err, ciliumPods())
+		t.Fatalf("%v\n%s", err, ciliumPods(l))
 	}
 	var members []string
-	for _, n := range cluster.Nodes() {
+	for _, n := range l.cluster.Nodes() {
 		if n.ControlPlane {
 			members = append(members, n.IP)
 		}
@@ -143,40 +146,40 @@ func repinned(t *testing.T, worker string, old types.UID, since time.Time) *core
 
 // restoreAddresses gives the control-plane nodes their fixture addresses back, with re-pinning on, and waits until the
 // worker's agent runs from a pod pinned to them and is connected, for the tests that follow.
-func restoreAddresses(t *testing.T, worker string, restartExtension bool) {
+func restoreAddresses(t *testing.T, l *lane, worker string, restartExtension bool) {
 	ctx := context.Background()
 	to := map[string]string{}
 	for _, n := range fixtures.Nodes() {
-		if node := cluster.Node(n.Name); node != nil && node.IP != n.Status.Addresses[0].Address {
+		if node := l.cluster.Node(n.Name); node != nil && node.IP != n.Status.Addresses[0].Address {
 			to[n.Name] = n.Status.Addresses[0].Address
 		}
 	}
-	moveNodes(t, to)
+	moveNodes(t, l, to)
 	if restartExtension {
-		if err := cluster.ExtensionArgs(ctx); err != nil {
+		if err := l.cluster.ExtensionArgs(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, repinBound, true, func(context.Context) (bool, error) {
-		pod := cluster.AgentPod(worker)
+		pod := l.cluster.Repins().AgentPod(worker)
 		if pod == nil || !slices.Equal(sortedAliases(pod), fixtures.ControlPlaneIPs) {
 			return false, nil
 		}
-		_, err := cluster.Reconnects().ConnectedTo(worker)
+		_, err := l.cluster.Reconnects().ConnectedTo(worker)
 		return err == nil, nil
 	}); err != nil {
-		t.Errorf("after the control-plane nodes got their addresses back, the agent on %s is not pinned to them and connected: %v, %s", worker, err, peers(worker))
+		t.Errorf("after the control-plane nodes got their addresses back, the agent on %s is not pinned to them and connected: %v, %s", worker, err, peers(l, worker))
 	}
 }
 
 // ciliumPods lists Cilium's pods as the re-pinning controller judges them, for a failing test.
-func ciliumPods() string {
+func ciliumPods(l *lane) string {
 	ctx := context.Background()
 	nodes, pods := &corev1.NodeList{}, &corev1.PodList{}
-	if err := env.Client.List(ctx, nodes); err != nil {
+	if err := l.env.Client.List(ctx, nodes); err != nil {
 		return err.Error()
 	}
-	if err := env.Client.List(ctx, pods, client.InNamespace(cilium.Namespace)); err != nil {
+	if err := l.env.Client.List(ctx, pods, client.InNamespace(cilium.Namespace)); err != nil {
 		return err.Error()
 	}
 	members := apiserverendpoints.FromNodes(nodes.Items)
@@ -204,7 +207,7 @@ func sortedAliases(pod *corev1.Pod) []string {
 	return out
 }
 
-func peers(name string) string {
-	p, err := cluster.Node(name).APIServerPeers()
+func peers(l *lane, name string) string {
+	p, err := l.cluster.Node(name).APIServerPeers()
 	return fmt.Sprintf("%v (%v)", p, err)
 }

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumnodes"
 )
 
 // establishedThroughRollout is how many connections through the VIP are open while the agents roll.
@@ -23,24 +21,23 @@ const establishedThroughRollout = 6
 // restarts, and the connections through the old holder break: the new one has no connection-tracking entry for them.
 func TestVIPThroughRollingUpdate(t *testing.T) {
 	ctx := context.Background()
-	exp := expose(t)
-	if _, err := cluster.Run(ctx, ciliumnodes.Agents{Chart: ciliumnodes.GardenerChart}); err != nil {
+	l := gardenerLane
+	l.hold(t)
+	exp := expose(t, l)
+	if err := l.cluster.ExtensionArgs(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := cluster.ExtensionArgs(ctx); err != nil {
-		t.Fatal(err)
-	}
-	r, err := cluster.RollOut(ctx, exp, establishedThroughRollout, nil)
+	r, err := l.cluster.RollOut(ctx, exp, establishedThroughRollout, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, h := range r.Holders {
-		if h.Node != "" && !cluster.Node(h.Node).ControlPlane {
+		if h.Node != "" && !l.cluster.Node(h.Node).ControlPlane {
 			t.Errorf("the lease went to %s, which is no control-plane node", h)
 		}
 	}
 	for _, a := range r.Answerers {
-		if n := cluster.Node(a); n == nil || !n.ControlPlane {
+		if n := l.cluster.Node(a); n == nil || !n.ControlPlane {
 			t.Errorf("ARP for the VIP was answered by %s, which is no control-plane node", a)
 		}
 	}

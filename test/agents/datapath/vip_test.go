@@ -13,73 +13,56 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
 )
 
-// expose runs the agents (of the chart that runs: the VIP works alike with both) with the exposure's lease timings
-// and exposes kube-apiserver on the VIP.
-func expose(t *testing.T) *extensionsv1alpha1.SelfHostedShootExposure {
+// expose runs the lane's agents with the exposure's lease timings and exposes kube-apiserver on the VIP.
+func expose(t *testing.T, l *lane) *extensionsv1alpha1.SelfHostedShootExposure {
 	t.Helper()
 	ctx := context.Background()
-	showExtensionLogsOnFailure(t)
-	if _, err := cluster.Run(ctx, ciliumnodes.Agents{}); err != nil {
+	showExtensionLogsOnFailure(t, l)
+	if err := l.run(ctx, ciliumnodes.Agents{}); err != nil {
 		t.Fatal(err)
 	}
-	exp, err := cluster.L2().Expose(ctx)
+	exp, err := l.cluster.L2().Expose(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return exp
 }
 
-// ciliumLines are the charts whose agents the VIP tests run: Gardener's with Cilium 1.19, and upstream's of the newest
-// release the webhook supports (1.20, whose agents re-evaluate an L2 service when its addresses change).
-var ciliumLines = []ciliumnodes.Chart{ciliumnodes.GardenerChart, ciliumnodes.Upstream(newestLine)}
-
-// runningFirst are charts with the one whose agents run, if among them, first: a test then switches its agents once,
-// not twice (each switch restarts every agent, about 50 s on two cores), and the next test starts where it ended.
-func runningFirst(charts []ciliumnodes.Chart) []ciliumnodes.Chart {
-	out := slices.Clone(charts)
-	if i := slices.Index(out, cluster.Chart()); i > 0 {
-		out = append([]ciliumnodes.Chart{out[i]}, slices.Delete(out, i, i+1)...)
-	}
-	return out
-}
-
 // TestVIP: the exposure puts kube-apiserver on the VIP with Cilium alone. From the client, exactly one control-plane
 // node, the holder of Cilium's L2 announcement lease, answers ARP for the VIP, and HTTPS to the VIP under the shoot's
-// API name reaches a kube-apiserver whose certificate verifies; with each Cilium line.
+// API name reaches a kube-apiserver whose certificate verifies; with each Cilium line (the newest one re-evaluates an
+// L2 service when its addresses change).
 func TestVIP(t *testing.T) {
-	exp := expose(t)
-	if len(exp.Status.Ingress) != 1 || exp.Status.Ingress[0].IP != fixtures.ExposureVIP {
-		t.Fatalf("status.ingress %+v, want %s", exp.Status.Ingress, fixtures.ExposureVIP)
-	}
-	for _, line := range runningFirst(ciliumLines) {
-		t.Run(string(line), func(t *testing.T) { vipAnnounced(t, exp, line) })
-	}
+	onEachLane(t, func(t *testing.T, l *lane) {
+		exp := expose(t, l)
+		if len(exp.Status.Ingress) != 1 || exp.Status.Ingress[0].IP != fixtures.ExposureVIP {
+			t.Fatalf("status.ingress %+v, want %s", exp.Status.Ingress, fixtures.ExposureVIP)
+		}
+		vipAnnounced(t, l, exp)
+	})
 }
 
-func vipAnnounced(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure, line ciliumnodes.Chart) {
+func vipAnnounced(t *testing.T, l *lane, exp *extensionsv1alpha1.SelfHostedShootExposure) {
 	ctx := context.Background()
-	if _, err := cluster.Run(ctx, ciliumnodes.Agents{Chart: line}); err != nil {
-		t.Fatal(err)
-	}
-	holder, err := cluster.L2().WaitForLeaseHolder(ctx, exp, "")
+	holder, err := l.cluster.L2().WaitForLeaseHolder(ctx, exp, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !cluster.Node(holder).ControlPlane {
+	if !l.cluster.Node(holder).ControlPlane {
 		t.Errorf("%s holds the announcement lease, but is no control-plane node", holder)
 	}
-	macs, err := cluster.L2().WaitForARP(ctx, func(macs []string) bool { return len(macs) > 0 })
+	macs, err := l.cluster.L2().WaitForARP(ctx, func(macs []string) bool { return len(macs) > 0 })
 	if err != nil {
 		t.Fatalf("nobody answers ARP for %s: %v", fixtures.ExposureVIP, err)
 	}
-	want, err := cluster.Node(holder).MAC()
+	want, err := l.cluster.Node(holder).MAC()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(macs, []string{want}) {
 		t.Errorf("ARP for %s answered by %v, want only %s of the lease holder %s", fixtures.ExposureVIP, macs, want, holder)
 	}
-	body, err := cluster.L2().ReadyzThroughVIP(ctx)
+	body, err := l.cluster.L2().ReadyzThroughVIP(ctx)
 	if err != nil {
 		t.Fatalf("HTTPS through the VIP: %v", err)
 	}
@@ -95,13 +78,10 @@ func vipAnnounced(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure,
 // no event says otherwise; with each Cilium line. The times are logged (make bench reports them over several runs); the
 // dead node is started again by the next Run.
 func TestVIPFailover(t *testing.T) {
-	exp := expose(t)
-	for _, line := range runningFirst(ciliumLines) {
-		t.Run(string(line), func(t *testing.T) { vipFailovers(t, exp, line) })
-	}
+	onEachLane(t, func(t *testing.T, l *lane) { vipFailovers(t, l, expose(t, l)) })
 }
 
-func vipFailovers(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure, line ciliumnodes.Chart) {
+func vipFailovers(t *testing.T, l *lane, exp *extensionsv1alpha1.SelfHostedShootExposure) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name     string
@@ -116,33 +96,34 @@ func vipFailovers(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure,
 		{"handover switched off", nil, ciliumnodes.LinkDown, false, 5 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			showExtensionLogsOnFailure(t, l)
 			var args []string
 			if !tc.handover {
 				args = []string{"--l2-handover=false"}
 			}
 			// Run first: it starts the node that died last again.
-			if _, err := cluster.Run(ctx, ciliumnodes.Agents{Chart: line, Lease: tc.lease}); err != nil {
+			if err := l.run(ctx, ciliumnodes.Agents{Lease: tc.lease}); err != nil {
 				t.Fatal(err)
 			}
-			if err := cluster.ExtensionArgs(ctx, args...); err != nil {
+			if err := l.cluster.ExtensionArgs(ctx, args...); err != nil {
 				t.Fatal(err)
 			}
-			f, err := cluster.L2().FailOver(ctx, exp, tc.death)
+			f, err := l.cluster.L2().FailOver(ctx, exp, tc.death)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if f.Lease != tc.want {
 				t.Errorf("the lease holder wrote a lease duration of %s, want %s", f.Lease, tc.want)
 			}
-			if f.To == f.From || !cluster.Node(f.To).ControlPlane {
+			if f.To == f.From || !l.cluster.Node(f.To).ControlPlane {
 				t.Errorf("the lease went from %s to %s", f.From, f.To)
 			}
-			macs, err := cluster.L2().ARP(fixtures.ExposureVIP)
+			macs, err := l.cluster.L2().ARP(fixtures.ExposureVIP)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want, err := cluster.Node(f.To).MAC(); err != nil || !slices.Equal(macs, []string{want}) {
-				t.Errorf("ARP answered by %v (%v), want only the new holder %s's %s (%v)", macs, cluster.L2().Answerers(macs), f.To, want, err)
+			if want, err := l.cluster.Node(f.To).MAC(); err != nil || !slices.Equal(macs, []string{want}) {
+				t.Errorf("ARP answered by %v (%v), want only the new holder %s's %s (%v)", macs, l.cluster.L2().Answerers(macs), f.To, want, err)
 			}
 			// The handover sticks: the node it handed the lease to keeps it.
 			switch handedOver := "from " + f.From + " to " + f.To + ":"; {
@@ -171,10 +152,7 @@ const outageSettledInARow = 15
 // kube-apiserver only through it): the lease is handed to another node as well; with each Cilium line. The failing
 // window is logged.
 func TestVIPWithOneAPIServerDown(t *testing.T) {
-	exp := expose(t)
-	for _, line := range runningFirst(ciliumLines) {
-		t.Run(string(line), func(t *testing.T) { vipWithOneAPIServerDown(t, exp, line) })
-	}
+	onEachLane(t, func(t *testing.T, l *lane) { vipWithOneAPIServerDown(t, l, expose(t, l)) })
 }
 
 // checkOutage asserts what holds for every outage of one kube-apiserver: some requests succeeded, the endpoint was
@@ -198,20 +176,20 @@ func checkOutage(t *testing.T, o ciliumnodes.APIServerOutage, which string) {
 	}
 }
 
-func vipWithOneAPIServerDown(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure, line ciliumnodes.Chart) {
+func vipWithOneAPIServerDown(t *testing.T, l *lane, exp *extensionsv1alpha1.SelfHostedShootExposure) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name      string
 		announcer bool
 	}{{"another node's", false}, {"the announcer's", true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := cluster.Run(ctx, ciliumnodes.Agents{Chart: line}); err != nil {
+			if err := l.run(ctx, ciliumnodes.Agents{}); err != nil {
 				t.Fatal(err)
 			}
-			if err := cluster.ExtensionArgs(ctx); err != nil {
+			if err := l.cluster.ExtensionArgs(ctx); err != nil {
 				t.Fatal(err)
 			}
-			o, err := cluster.L2().StopOneAPIServer(ctx, exp, ciliumnodes.Outage{Attempts: 30, Announcer: tc.announcer})
+			o, err := l.cluster.L2().StopOneAPIServer(ctx, exp, ciliumnodes.Outage{Attempts: 30, Announcer: tc.announcer})
 			if err != nil {
 				t.Fatal(err)
 			}

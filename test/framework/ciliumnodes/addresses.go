@@ -13,7 +13,7 @@ import (
 // MoveNode gives the node of that name the InternalIP ip in place of its current one, on the node first and then on
 // its Node, as its kubelet reports an address that changed (a DHCP lease that moved, or the node rebuilt at a new
 // address). Its running agent keeps running; the next Run starts it afresh.
-func (c *Cluster) MoveNode(ctx context.Context, name, ip string) error {
+func (c Repins) MoveNode(ctx context.Context, name, ip string) error {
 	n := c.nodes[name]
 	if n == nil {
 		return fmt.Errorf("no node %s", name)
@@ -24,12 +24,12 @@ func (c *Cluster) MoveNode(ctx context.Context, name, ip string) error {
 	return c.env.SetInternalIP(ctx, name, ip)
 }
 
-// AgentPod is the pod of Gardener's chart that the node of that name runs, or is to run, nil before Run installed
+// AgentPod is the pod of the stored chart that the node of that name runs, or is to run, nil before Run installed
 // that chart.
-func (c *Cluster) AgentPod(name string) *corev1.Pod {
+func (c Repins) AgentPod(name string) *corev1.Pod {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if inst := c.installed[GardenerChart]; inst != nil && inst.pods[name] != nil {
+	if inst := c.installed[c.stored]; inst != nil && inst.pods[name] != nil {
 		return inst.pods[name].DeepCopy()
 	}
 	return nil
@@ -46,7 +46,7 @@ type Repin struct {
 
 // WaitForRepin waits, for at most within, until the agent on the node of that name runs from a pod other than the one
 // of UID old and is connected to a control-plane node's current address; since is when the addresses changed.
-func (c *Cluster) WaitForRepin(ctx context.Context, name string, old types.UID, since time.Time, within time.Duration) (Repin, error) {
+func (c Repins) WaitForRepin(ctx context.Context, name string, old types.UID, since time.Time, within time.Duration) (Repin, error) {
 	var r Repin
 	if c.nodes[name] == nil {
 		return r, fmt.Errorf("no node %s", name)

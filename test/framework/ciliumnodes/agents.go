@@ -72,6 +72,9 @@ type Agents struct {
 	// ClientDefaults runs the pods without the client timeouts the webhook sets (as a pod admitted without them, or
 	// an operator's value, would run): client-go's HTTP/2 health check and Cilium's dial timeout as they come.
 	ClientDefaults bool
+	// Afresh restarts every agent, also those that run as wanted: agents that did not run through what a case did
+	// before.
+	Afresh bool
 }
 
 // withClientDefaults is pod without the client timeouts the webhook sets (cilium.ClientTimeoutVars).
@@ -136,15 +139,16 @@ func render(chart Chart, lease *LeaseTimings) (*ciliumchart.Objects, error) {
 	return ciliumchart.Render(chart.version(), values)
 }
 
-// install admits a chart: Gardener's is stored through kube-apiserver as real shoots get it (its RBAC, which names
-// the agent's ServiceAccount as upstream's does, serves both); upstream's workloads are sent as dry runs.
+// install admits a chart: the cluster's stored chart (Options.Stored) is stored through kube-apiserver as a cluster on
+// it has it installed (its RBAC, which names the agent's ServiceAccount as the other charts do, serves them all); the
+// other charts' workloads are sent as dry runs.
 func (c *Cluster) install(ctx context.Context, chart Chart) (*installation, error) {
 	rendered, err := render(chart, nil)
 	if err != nil {
 		return nil, err
 	}
 	inst := &installation{agent: rendered.Agent.DeepCopy(), operator: rendered.Operator.DeepCopy(), config: rendered.Config.DeepCopy(), pods: map[string]*corev1.Pod{}}
-	if chart == GardenerChart {
+	if chart == c.stored {
 		for _, obj := range rendered.All {
 			// Not Envoy's DaemonSet: the agents here run without Envoy (agentFlags), which cannot run here. Its pods,
 			// never ready, would count as replacements still starting, and re-pinning would wait BatchTimeout for
@@ -165,7 +169,7 @@ func (c *Cluster) install(ctx context.Context, chart Chart) (*installation, erro
 	if !slices.ContainsFunc(inst.agent.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == apiserverendpoints.VolumeName }) {
 		return nil, fmt.Errorf("%s: the webhook did not pin the agent DaemonSet", chart)
 	}
-	if chart == GardenerChart {
+	if chart == c.stored {
 		return inst, c.waitForDaemonSetPods(ctx, inst)
 	}
 	for _, n := range c.Nodes() {
@@ -298,20 +302,21 @@ func (c *Cluster) kubeSystemConfigMaps(ctx context.Context) (map[string]map[stri
 	return out, nil
 }
 
-// Run makes the agents run as want says, restarting those that do not (all of them when the chart changes, the
-// control-plane nodes' when the lease timings or the exposure's announcement do, and every node that died), and waits
+// Run makes the agents run as want says, restarting those that do not (all of them when the chart changes or want
+// says afresh, the control-plane nodes' when the lease timings or the exposure's announcement do, and every node that
+// died), and waits
 // until every agent is ready. It returns the agent pods by node.
 func (c *Cluster) Run(ctx context.Context, want Agents) (map[string]*corev1.Pod, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if want.Chart == "" {
-		want.Chart = GardenerChart
+		want.Chart = c.stored
 		if c.running != nil {
 			want.Chart = c.running.Chart
 		}
 	}
-	// Gardener's chart first: its RBAC serves both.
-	for _, chart := range []Chart{GardenerChart, want.Chart} {
+	// The stored chart first: its RBAC serves them all.
+	for _, chart := range []Chart{c.stored, want.Chart} {
 		if c.installed[chart] == nil {
 			inst, err := c.install(ctx, chart)
 			if err != nil {
@@ -337,7 +342,7 @@ func (c *Cluster) Run(ctx context.Context, want Agents) (map[string]*corev1.Pod,
 	var restarts sync.WaitGroup
 	errs := make(chan error, len(c.nodes))
 	for _, n := range c.Nodes() {
-		if c.running != nil && c.running.Chart == want.Chart && c.running.ClientDefaults == want.ClientDefaults &&
+		if !want.Afresh && c.running != nil && c.running.Chart == want.Chart && c.running.ClientDefaults == want.ClientDefaults &&
 			(!n.ControlPlane || !reconfigure) && n.running() && !n.stale() {
 			continue
 		}
@@ -370,16 +375,6 @@ func (c *Cluster) Run(ctx context.Context, want Agents) (map[string]*corev1.Pod,
 		}
 	}
 	return inst.pods, nil
-}
-
-// Chart is the chart whose agents run ("" before Run).
-func (c *Cluster) Chart() Chart {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.running == nil {
-		return ""
-	}
-	return c.running.Chart
 }
 
 func sameLease(a, b *LeaseTimings) bool { return a == b || (a != nil && b != nil && *a == *b) }

@@ -169,11 +169,22 @@ func (c BGP) StartRouter(ctx context.Context) (*Router, error) {
 // find the segment as they would without it; the nodes keep their routes through it, which lead nowhere then. The
 // router's own namespace goes with the segment.
 func (c BGP) StopRouter() {
-	if c.router != nil {
-		c.router.Stop()
-		c.router.hops.stop()
-		c.router = nil
+	if c.router == nil {
+		return
 	}
+	c.router.Stop()
+	c.router.hops.stop()
+	// The nodes as before StartRouter: the VIP on the segment, the remote network unknown, no router on the switch.
+	for _, n := range c.Nodes() {
+		if err := n.unroute(RemoteNetwork); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+		if err := n.route(fixtures.ExposureVIP+"/32", "dev", "eth0"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+	}
+	c.lan.detach(c.router.ns)
+	c.router = nil
 	if c.remote != nil {
 		c.remote.Delete()
 		c.remote = nil

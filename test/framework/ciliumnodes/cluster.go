@@ -10,20 +10,23 @@
 // kube-proxy replacement sends a connection to the ClusterIP) is counted, and so is every packet a node sends to the
 // ClusterIP or the VIP untranslated (Attempts).
 //
-// Kubernetes' own DaemonSet controller and scheduler create and bind the agent pods of Gardener's chart; the harness
-// is the nodes' kubelet (kubelet.go), the one component that cannot run here.
+// Kubernetes' own DaemonSet controller and scheduler create and bind the agent pods of the chart stored in the cluster
+// (Gardener's, or Options.Stored); the harness is the nodes' kubelet (kubelet.go), the one component that cannot run here.
 //
 // Cluster holds the nodes, their links and agents (cluster.go, node.go, lan.go, agents.go, kubelet.go, rollout.go,
-// addresses.go); the scenarios are cut by concern into views of it: L2 (the exposure under L2 and its failover,
-// exposure.go), BGP (the router and the exposure under BGP, bgp.go) and Reconnects (reconnect.go).
+// snapshot.go); the scenarios are cut by concern into views of it: L2 (the exposure under L2 and its failover,
+// exposure.go), BGP (the router and the exposure under BGP, bgp.go), Reconnects (reconnect.go) and Repins (nodes at
+// new addresses, addresses.go).
 package ciliumnodes
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -38,14 +41,12 @@ import (
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/bpfobjects"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/podrun"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/reaper"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
 )
-
-// Clang is the compiler the agent finds on its PATH: Cilium needs LLVM >= 18.1 (Debian bookworm's default is 14).
-const Clang = "/usr/lib/llvm-19/bin/clang"
 
 // ClientIP is the address of the client on the nodes' segment: a host that is no node (a user, a kubelet of another
 // cluster, a load test).
@@ -65,8 +66,8 @@ func Available() error {
 	if err := testenv.KubernetesControllers(); err != nil {
 		return err
 	}
-	if _, err := os.Stat(Clang); err != nil {
-		return fmt.Errorf("the agents compile their BPF programs with %s, which is missing: run `sudo hack/setup.sh`", Clang)
+	if _, err := os.Stat(bpfobjects.Clang); err != nil {
+		return fmt.Errorf("the agents compile their BPF programs with %s, which is missing: run `sudo hack/setup.sh`", bpfobjects.Clang)
 	}
 	return nil
 }
@@ -76,6 +77,9 @@ type Cluster struct {
 	env     *testenv.Env
 	lan     *lan
 	cgroups string
+	objects *bpfobjects.Cache
+	// stored is the chart stored through kube-apiserver (Options.Stored).
+	stored Chart
 	// kubernetes are the DaemonSet controller and the scheduler; stopKubelets ends the nodes' kubelet loop.
 	kubernetes   *testenv.Kubernetes
 	stopKubelets context.CancelFunc
@@ -124,6 +128,9 @@ type Options struct {
 	// ExtensionPods runs the extension as its chart's pods on the control-plane nodes (extension.go) in place of env's
 	// extension on this machine's network, which has no node and hands no L2 lease over.
 	ExtensionPods bool
+	// Stored is the chart installed through kube-apiserver, whose agent DaemonSet Kubernetes' controllers turn into
+	// the pods the nodes' kubelet runs; other charts are admitted as dry runs. Gardener's when empty.
+	Stored Chart
 }
 
 // New plugs a namespace per node of NodeNames and one for the client into a new bridge, and starts each control-plane
@@ -137,7 +144,12 @@ func New(ctx context.Context, env *testenv.Env, prefix string, o Options) (*Clus
 	if err := useFixtureAddresses(ctx, env); err != nil {
 		return nil, err
 	}
-	c := &Cluster{env: env, cgroups: cgroups, nodes: map[string]*Node{}, installed: map[Chart]*installation{}, disturbed: map[string]bool{}, operatorCrashLoop: newCrashLoopBackOff()}
+	c := &Cluster{env: env, cgroups: cgroups, stored: cmp.Or(o.Stored, GardenerChart), nodes: map[string]*Node{}, installed: map[Chart]*installation{}, disturbed: map[string]bool{}, operatorCrashLoop: newCrashLoopBackOff()}
+	// The nodes' agents compile for their own node (its addresses and MACs are in the programs): an agent that
+	// starts again on it with the same settings gets what it compiled before.
+	if c.objects, err = bpfobjects.New(filepath.Join(env.Dir, "bpf-objects")); err != nil {
+		return nil, err
+	}
 	if err := os.Mkdir(c.cgroups, 0o755); err != nil {
 		return nil, err
 	}
@@ -301,3 +313,10 @@ type Reconnects struct{ *Cluster }
 
 // Reconnects are the cluster's reconnect scenarios.
 func (c *Cluster) Reconnects() Reconnects { return Reconnects{c} }
+
+// Repins are the control-plane nodes moving to new addresses, and the agents re-pinned to them from their DaemonSet's
+// pods.
+type Repins struct{ *Cluster }
+
+// Repins are the cluster's moves of nodes and the agent pods they lead to.
+func (c *Cluster) Repins() Repins { return Repins{c} }

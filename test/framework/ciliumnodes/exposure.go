@@ -70,11 +70,11 @@ func (c L2) Expose(ctx context.Context) (*extensionsv1alpha1.SelfHostedShootExpo
 	return exp, nil
 }
 
-// startOperator admits the operator pod of the Cilium version whose agents run (Gardener's chart's for its version, as
+// startOperator admits the operator pod of the Cilium version whose agents run (the stored chart's for its version, as
 // before any switch) and runs its operator container on OperatorNode. The pod is admitted as a dry run: stored, kube-scheduler would bind it to whatever node it picks,
 // where no kubelet would ever report it ready.
 func (c *Cluster) startOperator(ctx context.Context) error {
-	chart := GardenerChart
+	chart := c.stored
 	if c.running != nil && c.running.Chart.version() != chart.version() {
 		chart = c.running.Chart
 	}

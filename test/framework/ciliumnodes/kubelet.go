@@ -18,7 +18,7 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/kubelet"
 )
 
-// The harness is the nodes' kubelet for the agent pods of Gardener's chart, the one part of a node that cannot run
+// The harness is the nodes' kubelet for the agent pods of the stored chart (Gardener's unless Options say otherwise), the one part of a node that cannot run
 // here. Kubernetes' DaemonSet controller creates those pods from the stored DaemonSet (through the webhook) and the
 // scheduler binds them; the harness does what kubelet then does, in kubelet's order (k8s.io/kubernetes pkg/kubelet):
 //   - a pod bound to a node: its agent runs from it (with what Run asked for; a start that failed is tried again), the
@@ -85,7 +85,7 @@ func (c *Cluster) daemonSetPods(ctx context.Context, inst *installation) (map[st
 	return out, nil
 }
 
-// runKubelets syncs the agent pods of Gardener's chart every 100 ms until ctx ends.
+// runKubelets syncs the agent pods of the stored chart every 100 ms until ctx ends.
 func (c *Cluster) runKubelets(ctx context.Context) {
 	for ctx.Err() == nil {
 		c.syncPods(ctx)
@@ -101,7 +101,7 @@ func (c *Cluster) syncPods(ctx context.Context) {
 	defer c.mu.Unlock()
 	c.syncExtensionPods(ctx)
 	c.syncOperator(ctx)
-	inst := c.installed[GardenerChart]
+	inst := c.installed[c.stored]
 	if inst == nil {
 		return
 	}
@@ -188,9 +188,9 @@ func (c *Cluster) syncPod(ctx context.Context, inst *installation, n *Node, pod 
 		}
 		return c.finishDeleted(ctx, n, pod, stop, "its agent")
 	}
-	// Gardener's chart is what runs: a new pod on the node replaces the one its agent ran, recorded once its agent
+	// The stored chart is what runs: a new pod on the node replaces the one its agent ran, recorded once its agent
 	// started.
-	if c.running != nil && c.running.Chart == GardenerChart && inst.pods[n.Name].UID != pod.UID {
+	if c.running != nil && c.running.Chart == c.stored && inst.pods[n.Name].UID != pod.UID {
 		configMaps, err := c.kubeSystemConfigMaps(ctx)
 		if err != nil {
 			return err
@@ -248,7 +248,7 @@ func logf(format string, args ...any) {
 // not terminating.
 func (c *Cluster) runningPod(ctx context.Context, n *Node) (*corev1.Pod, bool) {
 	c.mu.Lock()
-	inst := c.installed[GardenerChart]
+	inst := c.installed[c.stored]
 	c.mu.Unlock()
 	if inst == nil {
 		return nil, false
@@ -264,7 +264,7 @@ func (c *Cluster) runningPod(ctx context.Context, n *Node) (*corev1.Pod, bool) {
 // RunningPod waits, for at most within, until the agent on the node of that name runs from the node's pod of the
 // agent DaemonSet (the one not terminating) and that pod is Ready, and returns the pod: what the node runs once the
 // DaemonSet controller and the kubelet have caught up.
-func (c *Cluster) RunningPod(ctx context.Context, name string, within time.Duration) (*corev1.Pod, error) {
+func (c Repins) RunningPod(ctx context.Context, name string, within time.Duration) (*corev1.Pod, error) {
 	n := c.nodes[name]
 	if n == nil {
 		return nil, fmt.Errorf("no node %s", name)

@@ -2,6 +2,7 @@ package ciliumnodes
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/podrun"
 )
@@ -56,6 +57,12 @@ func (l *lan) attach(name, ip string) (*podrun.Netns, error) {
 		}
 	}
 	return ns, nil
+}
+
+// detach deletes the namespace of a host that attach created, and with it its port on the bridge.
+func (l *lan) detach(ns *podrun.Netns) {
+	ns.Delete()
+	l.hosts = slices.DeleteFunc(l.hosts, func(h *podrun.Netns) bool { return h == ns })
 }
 
 // setPort lets the switch forward frames to and from name's port, or stops it, the link staying up: a port that

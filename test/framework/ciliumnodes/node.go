@@ -31,6 +31,7 @@ import (
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/bpfobjects"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumbin"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumchart"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
@@ -48,14 +49,19 @@ type Node struct {
 	cgroup       string
 	// host is where the node keeps what outlives its agent (hostFS).
 	host string
+	// objects are the BPF objects its agents compiled, shared with the other nodes' (test/framework/bpfobjects).
+	objects *bpfobjects.Cache
 	// serviceBackend is where Cilium's kube-proxy replacement sends a connection to the `kubernetes` ClusterIP: the
 	// endpoint of kube-apiserver's own EndpointSlice. Inside the node it is a trap.
 	serviceBackend string
 	// apiServer is the test's kube-apiserver, where the node's kube-apiserver address forwards.
 	apiServer string
 
-	mu       sync.Mutex
-	agent    *podrun.Started
+	mu    sync.Mutex
+	agent *podrun.Started
+	// ended counts the agents that ended by themselves (a crash, a fatal error), found so when the harness came to
+	// stop them.
+	ended    int
 	operator *podrun.Started
 	// extension is the extension's process on a control-plane node, from the pod extensionPod, running in
 	// extensionCgroup; extensionStarting while it is being started.
@@ -98,6 +104,21 @@ func (n *Node) route(args ...string) error {
 	return nil
 }
 
+// unroute deletes the node's static route to dst, which its link then no longer brings back.
+func (n *Node) unroute(dst string) error {
+	n.mu.Lock()
+	n.routes = slices.DeleteFunc(n.routes, func(r []string) bool { return r[0] == dst })
+	n.mu.Unlock()
+	up, err := n.linkUp()
+	if err != nil || !up {
+		return err
+	}
+	if out, err := n.netns.Command("ip", "route", "del", dst).CombinedOutput(); err != nil && !strings.Contains(string(out), "No such process") {
+		return fmt.Errorf("deleting the route of %s to %s: %w: %s", n.Name, dst, err, out)
+	}
+	return nil
+}
+
 // agentFlags are the settings a node here cannot take from the chart: its device, tunnel routing (no routes between
 // the nodes' pod CIDRs), no CNI, health checking, Hubble or L7 proxy (no kubelet, no pods, no Envoy), and /proc for the
 // chart's /host/proc (a hostPath of the node's /proc: here the agent's own /proc is the node's, since /proc/sys/net
@@ -120,7 +141,7 @@ func (c *Cluster) newNode(ctx context.Context, name string, index int) (*Node, e
 	if err := c.env.Client.Get(ctx, client.ObjectKey{Name: name}, obj); err != nil {
 		return nil, err
 	}
-	n := &Node{Name: name, ControlPlane: apiserverendpoints.IsControlPlaneNode(obj), lan: c.lan}
+	n := &Node{Name: name, ControlPlane: apiserverendpoints.IsControlPlaneNode(obj), lan: c.lan, objects: c.objects}
 	for _, a := range obj.Status.Addresses {
 		if a.Type == corev1.NodeInternalIP {
 			n.IP = a.Address
@@ -196,6 +217,9 @@ const (
 // bpfSourcesPath is where the agent's container sees the module's BPF sources, to copy them where the image has them.
 const bpfSourcesPath = "/run/cilium-bpf-sources"
 
+// bpfObjectsPath is where the agent's container sees the cache of BPF objects, whose clang it runs.
+const bpfObjectsPath = "/run/bpf-objects"
+
 // hostFS creates the node's filesystem at dir and mounts its bpffs, which unmountHostFS undoes.
 func hostFS(dir string) (string, error) {
 	for _, d := range []string{hostBPFFS, hostCiliumRun} {
@@ -235,6 +259,7 @@ func (n *Node) restart(ctx context.Context, env *testenv.Env, pod *corev1.Pod, c
 func (n *Node) stopAgent(ctx context.Context) int32 {
 	n.mu.Lock()
 	agent := n.agent
+	n.countEnded()
 	n.agent, n.agentPod, n.moved = nil, "", false
 	n.mu.Unlock()
 	if agent == nil {
@@ -311,6 +336,33 @@ func (n *Node) move(ip string) error {
 	return nil
 }
 
+// countEnded counts the node's agent if it ended by itself; with n.mu held, before the harness takes it.
+func (n *Node) countEnded() {
+	if n.agent == nil {
+		return
+	}
+	select {
+	case <-n.agent.Stopped():
+		n.ended++
+	default:
+	}
+}
+
+// exits is how many of the node's agents ended by themselves, the running one included.
+func (n *Node) exits() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ended := n.ended
+	if n.agent != nil {
+		select {
+		case <-n.agent.Stopped():
+			ended++
+		default:
+		}
+	}
+	return ended
+}
+
 // running says whether an agent runs on the node.
 func (n *Node) running() bool {
 	n.mu.Lock()
@@ -353,10 +405,13 @@ func (n *Node) startAgent(ctx context.Context, env *testenv.Env, pod *corev1.Pod
 	if err != nil {
 		return err
 	}
-	c.Node, c.ConfigMaps, c.Args, c.Tools, c.Cgroup = n.Name, configMaps, agentFlags, map[string]string{"clang": Clang}, n.cgroup
+	c.Node, c.ConfigMaps, c.Args, c.Tools, c.Cgroup = n.Name, configMaps, agentFlags, map[string]string{"clang": filepath.Join(bpfObjectsPath, bpfobjects.Compiler)}, n.cgroup
 	// The module's BPF sources are bound before the container's /tmp and /var/lib are hidden, since the module cache
-	// may lie below either (GOMODCACHE=/tmp/..., as some CI runners set it).
-	c.HostPaths = map[string]string{bpffsMountPath: filepath.Join(n.host, hostBPFFS), ciliumRunPath: filepath.Join(n.host, hostCiliumRun), bpfSourcesPath: filepath.Join(module, "bpf")}
+	// may lie below either (GOMODCACHE=/tmp/..., as some CI runners set it); so is the object cache.
+	c.HostPaths = map[string]string{
+		bpffsMountPath: filepath.Join(n.host, hostBPFFS), ciliumRunPath: filepath.Join(n.host, hostCiliumRun),
+		bpfSourcesPath: filepath.Join(module, "bpf"), bpfObjectsPath: n.objects.Dir(),
+	}
 	c.Setup = []string{
 		// What the image and the chart's init containers give the agent, per node, beside its host paths: the node's
 		// cgroup2 subtree (the cgroup namespace's root) where socket load-balancing attaches, the BPF sources where
@@ -548,6 +603,7 @@ func (n *Node) end(how func(*podrun.Started)) {
 func (n *Node) take() []*podrun.Started {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.countEnded()
 	var processes []*podrun.Started
 	for _, p := range []*podrun.Started{n.agent, n.operator} {
 		if p != nil {

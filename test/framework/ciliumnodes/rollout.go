@@ -95,7 +95,7 @@ func (h Held) String() string { return fmt.Sprintf("%q after %s", h.Node, h.At) 
 const establishedInterval = 200 * time.Millisecond
 
 // RollOut waits until the VIP serves, opens established connections through it, and updates the pod template of
-// Gardener's agent DaemonSet as `kubectl rollout restart` does. Kubernetes' DaemonSet controller then replaces the
+// the stored chart's agent DaemonSet as `kubectl rollout restart` does. Kubernetes' DaemonSet controller then replaces the
 // pods by the chart's update strategy (maxUnavailable 2), and the nodes' kubelets stop the old agents with the pods'
 // grace period and start the new ones (the nodes keep their datapath across the restart, hostFS). It returns once every
 // node runs a new pod's agent, Ready, and the VIP serves again, with what the VIP did meanwhile. With a router (the
@@ -103,11 +103,11 @@ const establishedInterval = 200 * time.Millisecond
 // watched instead of the L2 lease and ARP.
 func (c *Cluster) RollOut(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, established int, router *Router) (Rollout, error) {
 	c.mu.Lock()
-	inst := c.installed[GardenerChart]
-	running := c.running != nil && c.running.Chart == GardenerChart
+	inst := c.installed[c.stored]
+	running := c.running != nil && c.running.Chart == c.stored
 	c.mu.Unlock()
 	if inst == nil || !running {
-		return Rollout{}, fmt.Errorf("a rollout needs Gardener's chart running")
+		return Rollout{}, fmt.Errorf("a rollout needs the stored chart %s running", c.stored)
 	}
 	o := &rolloutObserver{c: c, exp: exp, router: router}
 	if err := o.serving(ctx); err != nil {
@@ -115,7 +115,7 @@ func (c *Cluster) RollOut(ctx context.Context, exp *extensionsv1alpha1.SelfHoste
 	}
 	old := map[types.UID]bool{}
 	for _, n := range c.Nodes() {
-		pod, err := c.RunningPod(ctx, n.Name, time.Minute)
+		pod, err := c.Repins().RunningPod(ctx, n.Name, time.Minute)
 		if err != nil {
 			return Rollout{}, err
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/webhook/apiserveraccess"
 )
@@ -30,10 +31,16 @@ import (
 // the webhook configuration object between its one-shot registration and its certificate controller, which would fail
 // every run under -race.
 func RunSuite(m *testing.M, shoot *gardencorev1beta1.Shoot, opts Options, setup Setup) int {
+	return RunSuiteOn(m, 1, shoot, opts, func(ctx context.Context, envs []*Env) (func(), error) { return setup(ctx, envs[0]) })
+}
+
+// RunSuiteOn is RunSuite with planes control planes, each with the shoot and an extension of its own, started side by
+// side and handed to setup together: for a suite whose cases run at once on clusters apart.
+func RunSuiteOn(m *testing.M, planes int, shoot *gardencorev1beta1.Shoot, opts Options, setup func(context.Context, []*Env) (func(), error)) int {
 	if err := Check(append([]Prerequisite{EnvtestAssets}, opts.Prerequisites...)...); err != nil {
 		return CannotRun(err)
 	}
-	code, err := runSuite(m, shoot, opts, setup)
+	code, err := runSuite(m, planes, shoot, opts, setup)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -52,37 +59,63 @@ func Use(env **Env) Setup {
 	}
 }
 
-func runSuite(m *testing.M, shoot *gardencorev1beta1.Shoot, opts Options, setup Setup) (int, error) {
-	env, err := Start(opts)
+func runSuite(m *testing.M, planes int, shoot *gardencorev1beta1.Shoot, opts Options, setup func(context.Context, []*Env) (func(), error)) (int, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	envs := make([]*Env, planes)
+	var starts errgroup.Group
+	for i := range envs {
+		starts.Go(func() (err error) {
+			envs[i], err = startWithExtension(ctx, shoot.DeepCopy(), opts)
+			return err
+		})
+	}
+	err := starts.Wait()
+	defer func() {
+		for _, env := range envs {
+			if env != nil {
+				env.Extension.Stop(ctx)
+				env.Stop()
+			}
+		}
+	}()
 	if err != nil {
 		return 1, err
 	}
-	defer env.Stop()
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := env.CreateSelfHostedShoot(ctx, shoot); err != nil {
-		return 1, err
-	}
-	if err := env.RunExtension(ctx, ""); err != nil {
-		return 1, err
-	}
-	defer func() { env.Extension.Stop(ctx) }()
-
-	cleanup, err := setup(ctx, env)
+	cleanup, err := setup(ctx, envs)
 	if err != nil {
 		return 1, err
 	}
 	defer cleanup()
 	code := m.Run()
-	if lines := env.StillForbidden(ctx, Forbidden(env.extensionLogs.String()+env.Extension.Log())); len(lines) > 0 {
-		fmt.Fprintf(os.Stderr, "FAIL: the chart's RBAC refused the extension:\n%s\n", strings.Join(lines, "\n"))
-		code = 1
-	}
-	if code != 0 {
-		fmt.Fprintf(os.Stderr, "--- extension log ---\n%s%s", env.extensionLogs.String(), env.Extension.Log())
+	for _, env := range envs {
+		if lines := env.StillForbidden(ctx, Forbidden(env.extensionLogs.String()+env.Extension.Log())); len(lines) > 0 {
+			fmt.Fprintf(os.Stderr, "FAIL: the chart's RBAC refused the extension:\n%s\n", strings.Join(lines, "\n"))
+			code = 1
+		}
+		if code != 0 {
+			fmt.Fprintf(os.Stderr, "--- extension log (%s) ---\n%s%s", env.Dir, env.extensionLogs.String(), env.Extension.Log())
+		}
 	}
 	return code, nil
+}
+
+// startWithExtension starts a control plane, creates the shoot and runs the extension; nil and the error if any step
+// failed, having stopped what it started.
+func startWithExtension(ctx context.Context, shoot *gardencorev1beta1.Shoot, opts Options) (*Env, error) {
+	env, err := Start(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := env.CreateSelfHostedShoot(ctx, shoot); err != nil {
+		env.Stop()
+		return nil, err
+	}
+	if err := env.RunExtension(ctx, ""); err != nil {
+		env.Stop()
+		return nil, err
+	}
+	return env, nil
 }
 
 // RunExtension starts the extension binary (built from this repository when binary is empty) with its production
