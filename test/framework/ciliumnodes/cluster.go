@@ -258,6 +258,10 @@ func (c *Cluster) Close() {
 	if err := reaper.RemoveCgroups(c.cgroups); err != nil {
 		fmt.Fprintf(os.Stderr, "removing %s: %v\n", c.cgroups, err)
 	}
+	if c.objects != nil {
+		compiled, hits, err := c.objects.Counts()
+		fmt.Fprintf(os.Stderr, "the agents' BPF objects (%s): %d compiled, %d from the cache (%v)\n", c.objects.Dir(), compiled, hits, err)
+	}
 }
 
 // Disturbed says whether the node's agent or kube-apiserver was stopped and started again.
