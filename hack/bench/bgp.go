@@ -120,7 +120,7 @@ func (b *bgpBench) outages(ctx context.Context, exp *extensionsv1alpha1.SelfHost
 		if err := b.settle(ctx); err != nil {
 			return err
 		}
-		o, err := b.cluster.L2().StopOneAPIServer(ctx, exp, ciliumnodes.Outage{Attempts: 60, Router: b.router})
+		o, err := b.cluster.StopOneAPIServer(ctx, exp, ciliumnodes.Outage{Attempts: 60, Router: b.router})
 		if err != nil {
 			return err
 		}

@@ -197,7 +197,7 @@ func outages(ctx context.Context, r *report, cluster *ciliumnodes.Cluster, exp *
 		if err := cluster.ExtensionArgs(ctx, m.args...); err != nil {
 			return err
 		}
-		o, err := cluster.L2().StopOneAPIServer(ctx, exp, ciliumnodes.Outage{Attempts: 60, Announcer: m.announcer})
+		o, err := cluster.StopOneAPIServer(ctx, exp, ciliumnodes.Outage{Attempts: 60, Announcer: m.announcer})
 		if err != nil {
 			return err
 		}

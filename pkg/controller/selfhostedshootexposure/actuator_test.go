@@ -6,11 +6,13 @@ import (
 	"testing"
 
 	"github.com/go-logr/logr"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	extensionscontroller "github.com/gardener/gardener/extensions/pkg/controller"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/health"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
 )
@@ -22,10 +24,16 @@ func TestReconcileReadsTheStoredCluster(t *testing.T) {
 	stored := fixtures.WithExposureConfig(fixtures.Shoot(true), `{"apiVersion":"cilium-selfhosted.extensions.gardener.cloud/v1alpha1","kind":"ExposureConfig","announcement":"Pigeons"}`)
 	cached := fixtures.WithExposureConfig(fixtures.Shoot(true), fixtures.ExposureConfigL2)
 	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(fixtures.Cluster(stored)).Build()
-	a := NewActuator(c, c, record.NewFakeRecorder(10), c, 0, nil).(*actuator) // no probes: it fails before it would track any
+	// A registry as the controller's, so that an actuator that went past the refusal would probe rather than panic.
+	probes, err := health.NewRegistry(&rest.Config{}, health.PurposeEndpoints, health.Settings{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(probes.Stop)
+	a := NewActuator(c, c, record.NewFakeRecorder(10), c, 0, probes).(*actuator)
 	a.procNet = t.TempDir()
 	exp := fixtures.Exposure(stored.Name, fixtures.Nodes())
-	_, err := a.Reconcile(context.Background(), logr.Discard(), exp, &extensionscontroller.Cluster{Shoot: cached})
+	_, err = a.Reconcile(context.Background(), logr.Discard(), exp, &extensionscontroller.Cluster{Shoot: cached})
 	if err == nil || !strings.Contains(err.Error(), "announcement") || !strings.Contains(err.Error(), "Pigeons") {
 		t.Errorf("Reconcile with the stored Cluster's providerConfig: %v, want its announcement refused", err)
 	}

@@ -103,7 +103,7 @@ func bgpWithOneAPIServerDown(t *testing.T, l *lane, exp *extensionsv1alpha1.Self
 	if err := l.cluster.ExtensionArgs(ctx); err != nil {
 		t.Fatal(err)
 	}
-	o, err := l.cluster.L2().StopOneAPIServer(ctx, exp, ciliumnodes.Outage{Attempts: ecmpConnections, Router: router})
+	o, err := l.cluster.StopOneAPIServer(ctx, exp, ciliumnodes.Outage{Attempts: ecmpConnections, Router: router})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func bgpDrainedAPIServerRestart(t *testing.T, l *lane, exp *extensionsv1alpha1.S
 		t.Fatalf("after labelling %s with %s: %v\n%s", drained, ciliumnodes.DrainLabel, err, l.cluster.BGP().NodeConfigs(ctx))
 	}
 	withdrawn := time.Since(start)
-	o, err := l.cluster.L2().StopOneAPIServer(ctx, exp, ciliumnodes.Outage{Attempts: ecmpConnections, Router: router, Drained: drained})
+	o, err := l.cluster.StopOneAPIServer(ctx, exp, ciliumnodes.Outage{Attempts: ecmpConnections, Router: router, Drained: drained})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -189,7 +189,7 @@ func vipWithOneAPIServerDown(t *testing.T, l *lane, exp *extensionsv1alpha1.Self
 			if err := l.cluster.ExtensionArgs(ctx); err != nil {
 				t.Fatal(err)
 			}
-			o, err := l.cluster.L2().StopOneAPIServer(ctx, exp, ciliumnodes.Outage{Attempts: 30, Announcer: tc.announcer})
+			o, err := l.cluster.StopOneAPIServer(ctx, exp, ciliumnodes.Outage{Attempts: 30, Announcer: tc.announcer})
 			if err != nil {
 				t.Fatal(err)
 			}

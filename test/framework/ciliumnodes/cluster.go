@@ -14,7 +14,7 @@
 // (Gardener's, or Options.Stored); the harness is the nodes' kubelet (kubelet.go), the one component that cannot run here.
 //
 // Cluster holds the nodes, their links and agents (cluster.go, node.go, lan.go, agents.go, kubelet.go, rollout.go,
-// snapshot.go); the scenarios are cut by concern into views of it: L2 (the exposure under L2 and its failover,
+// snapshot.go) and one kube-apiserver's outage under either announcement (outage.go); the scenarios are cut by concern into views of it: L2 (the exposure under L2 and its failover,
 // exposure.go), BGP (the router and the exposure under BGP, bgp.go), Reconnects (reconnect.go) and Repins (nodes at
 // new addresses, addresses.go).
 package ciliumnodes
@@ -202,19 +202,15 @@ func New(ctx context.Context, env *testenv.Env, prefix string, o Options) (*Clus
 // useFixtureAddresses gives the nodes their fixture InternalIPs (a caller may have moved them, as the demo's sandbox
 // does) and waits until the extension has published the control-plane nodes' endpoints, which the webhook pins.
 func useFixtureAddresses(ctx context.Context, env *testenv.Env) error {
-	var want []string
-	for _, n := range fixtures.Nodes() {
-		if !slices.Contains(NodeNames, n.Name) {
+	for name, ip := range fixtures.InternalIPs() {
+		if !slices.Contains(NodeNames, name) {
 			continue
 		}
-		for _, a := range n.Status.Addresses {
-			if a.Type == corev1.NodeInternalIP {
-				if err := env.SetInternalIP(ctx, n.Name, a.Address); err != nil {
-					return err
-				}
-			}
+		if err := env.SetInternalIP(ctx, name, ip); err != nil {
+			return err
 		}
 	}
+	var want []string
 	for _, ip := range fixtures.ControlPlaneIPs {
 		want = append(want, apiserverendpoints.URL(ip))
 	}

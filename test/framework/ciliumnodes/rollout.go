@@ -265,7 +265,7 @@ func (o *rolloutObserver) observe(ctx context.Context) {
 		})
 	}
 	if o.router == nil {
-		o.c.observeL2(ctx, &o.observers, o.exp, o.start, o.record, &o.r)
+		o.observeL2(ctx)
 	} else {
 		o.observers.Go(func() { o.watchRoute(ctx) })
 	}
@@ -327,14 +327,14 @@ func viaNode(hop string) string {
 }
 
 // observeL2 records, until ctx ends, who holds the exposure's L2 lease and who answers ARP for the VIP into r.
-func (c *Cluster) observeL2(ctx context.Context, observers *sync.WaitGroup, exp *extensionsv1alpha1.SelfHostedShootExposure, start time.Time, record func(func()), r *Rollout) {
-	since := func() time.Duration { return time.Since(start).Round(50 * time.Millisecond) }
-	observers.Go(func() {
+func (o *rolloutObserver) observeL2(ctx context.Context) {
+	c, r := o.c, &o.r
+	o.observers.Go(func() {
 		last := time.Now()
 		_ = arpAnswers(ctx, c.Client, fixtures.ExposureVIP, func(mac string, at time.Time) bool {
-			record(func() {
+			o.record(func() {
 				if silence := at.Sub(last); silence > r.ARPSilence {
-					r.ARPSilence, r.ARPSilenceFrom = silence, last.Sub(start).Round(50*time.Millisecond)
+					r.ARPSilence, r.ARPSilenceFrom = silence, last.Sub(o.start).Round(50*time.Millisecond)
 				}
 				if !slices.Contains(r.Answerers, mac) {
 					r.Answerers = append(r.Answerers, mac)
@@ -344,12 +344,12 @@ func (c *Cluster) observeL2(ctx context.Context, observers *sync.WaitGroup, exp 
 			return false
 		})
 	})
-	observers.Go(func() {
+	o.observers.Go(func() {
 		holder := "-"
 		for ctx.Err() == nil {
-			if now, err := c.L2().LeaseHolder(ctx, exp); err == nil && now != holder {
+			if now, err := c.L2().LeaseHolder(ctx, o.exp); err == nil && now != holder {
 				holder = now
-				record(func() { r.Holders = append(r.Holders, Held{now, since()}) })
+				o.record(func() { r.Holders = append(r.Holders, Held{now, o.since()}) })
 			}
 			select {
 			case <-ctx.Done():

@@ -6,8 +6,6 @@ import (
 	"net"
 	"net/url"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumchart"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
@@ -30,13 +28,9 @@ func ShootCertificates(technicalID string) (*testenv.Certificates, error) {
 // sandbox of the shoot: the control-plane nodes' addresses (fixtures.ControlPlaneIPs) on its loopback, forwarding to
 // env's kube-apiserver, and the exposure VIP fixtures.ExposureVIP, which the external name of the charts resolves to.
 func NewShootSandbox(ctx context.Context, env *testenv.Env, name string) (*Sandbox, error) {
-	for _, n := range fixtures.Nodes() {
-		for _, a := range n.Status.Addresses {
-			if a.Type == corev1.NodeInternalIP {
-				if err := env.SetInternalIP(ctx, n.Name, a.Address); err != nil {
-					return nil, err
-				}
-			}
+	for name, ip := range fixtures.InternalIPs() {
+		if err := env.SetInternalIP(ctx, name, ip); err != nil {
+			return nil, err
 		}
 	}
 	apiServer, err := url.Parse(env.Config.Host)
