@@ -23,7 +23,9 @@ NC_CHART         = $(shell hack/networking-cilium/chart.sh)
 TOOLS_ENV        = KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CILIUM_OPERATOR="$(CILIUM_OPERATOR)" CILIUM_DBG="$(CILIUM_DBG)" CILIUM_AGENT="$(CILIUM_AGENT)" NETWORKING_CILIUM_CHART="$(NC_CHART)"
 # The tools of Cilium 1.20, for the test and bench runs that need them (ciliumbin.PathFor).
 TOOLS_ENV_1_20   = CILIUM_AGENT_1_20="$(CILIUM_AGENT_1_20)" CILIUM_DBG_1_20="$(CILIUM_DBG_1_20)" CILIUM_OPERATOR_1_20="$(CILIUM_OPERATOR_1_20)"
-TEST_FLAGS      ?= -race -shuffle=on -timeout=30m
+# Three packages at a time: the suites mostly wait (for kube-apiserver, agents, failovers), and with two the ones
+# beside test/agents/datapath took longer one after the other than it (docs/development/testing.md).
+TEST_FLAGS      ?= -race -shuffle=on -timeout=30m -p=3
 
 .PHONY: all
 all: lint build test
