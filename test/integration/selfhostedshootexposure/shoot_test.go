@@ -1,10 +1,12 @@
 package selfhostedshootexposure_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -193,9 +195,13 @@ func watchOrder(t *testing.T, svc *corev1.Service) func() []string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	type event struct {
+		what     string
+		revision uint64
+	}
 	var (
 		mu     sync.Mutex
-		events []string
+		events []event
 	)
 	for kind, list := range map[string]client.ObjectList{"Service": &corev1.ServiceList{}, "CiliumBGPAdvertisement": &ciliumv2.CiliumBGPAdvertisementList{}} {
 		var opts []client.ListOption
@@ -209,17 +215,30 @@ func watchOrder(t *testing.T, svc *corev1.Service) func() []string {
 		go func() {
 			defer w.Stop()
 			for e := range w.ResultChan() {
-				if e.Type == watch.Added || e.Type == watch.Deleted {
-					mu.Lock()
-					events = append(events, kind+" "+strings.ToLower(string(e.Type)))
-					mu.Unlock()
+				obj, ok := e.Object.(client.Object)
+				if !ok || (e.Type != watch.Added && e.Type != watch.Deleted) {
+					continue
 				}
+				revision, err := strconv.ParseUint(obj.GetResourceVersion(), 10, 64)
+				if err != nil {
+					t.Errorf("%s %s: resourceVersion %q is no etcd revision: %v", kind, e.Type, obj.GetResourceVersion(), err)
+				}
+				mu.Lock()
+				events = append(events, event{kind + " " + strings.ToLower(string(e.Type)), revision})
+				mu.Unlock()
 			}
 		}()
 	}
 	return func() []string {
 		mu.Lock()
 		defer mu.Unlock()
-		return slices.Clone(events)
+		// Two watches deliver in their own time (under load the Service's came first); kube-apiserver's
+		// resourceVersion is etcd's revision here, one sequence for every kind, so it orders the writes.
+		sorted := slices.SortedStableFunc(slices.Values(events), func(a, b event) int { return cmp.Compare(a.revision, b.revision) })
+		out := make([]string, len(sorted))
+		for i, e := range sorted {
+			out[i] = e.what
+		}
+		return out
 	}
 }
