@@ -229,6 +229,8 @@ func (c *Cluster) Close() {
 	if err := c.stopExtension(); err != nil {
 		fmt.Fprintf(os.Stderr, "starting the extension again: %v\n", err)
 	}
+	// While the nodes' namespaces are there: it gives them their routes back.
+	c.BGP().StopRouter()
 	if c.stopKubelets != nil {
 		c.stopKubelets()
 		<-c.kubeletDone
@@ -247,7 +249,6 @@ func (c *Cluster) Close() {
 			fmt.Fprintln(os.Stderr, err)
 		}
 	}
-	c.BGP().StopRouter()
 	if c.lan != nil {
 		c.lan.close()
 	}
