@@ -24,8 +24,9 @@ TOOLS_ENV        = KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CILIUM_OPERATOR="$(CIL
 # The tools of Cilium 1.20, for the test and bench runs that need them (ciliumbin.PathFor).
 TOOLS_ENV_1_20   = CILIUM_AGENT_1_20="$(CILIUM_AGENT_1_20)" CILIUM_DBG_1_20="$(CILIUM_DBG_1_20)" CILIUM_OPERATOR_1_20="$(CILIUM_OPERATOR_1_20)"
 # Three packages at a time: the suites mostly wait (for kube-apiserver, agents, failovers), and with two the ones
-# beside test/agents/datapath took longer one after the other than it (docs/development/testing.md).
-TEST_FLAGS      ?= -race -shuffle=on -timeout=30m -p=3
+# beside test/agents/datapath took longer one after the other than it (docs/development/testing.md). Test binaries
+# without DWARF (-w; stack traces and race reports use the symbol table) link in about two thirds of the CPU time.
+TEST_FLAGS      ?= -race -shuffle=on -timeout=30m -p=3 -ldflags=-w
 
 .PHONY: all
 all: lint build test

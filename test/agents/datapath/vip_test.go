@@ -13,15 +13,12 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
 )
 
-// expose runs the lane's agents with the exposure's lease timings and exposes kube-apiserver on the VIP.
+// expose is the lane's exposure of kube-apiserver on the VIP, with the extension's logs shown if the case fails.
 func expose(t *testing.T, l *lane) *extensionsv1alpha1.SelfHostedShootExposure {
 	t.Helper()
-	ctx := context.Background()
 	showExtensionLogsOnFailure(t, l)
-	if err := l.run(ctx, ciliumnodes.Agents{}); err != nil {
-		t.Fatal(err)
-	}
-	exp, err := l.cluster.L2().Expose(ctx)
+	// The lane's hold settled it: its agents run and the exposure is made, which Expose returns.
+	exp, err := l.cluster.L2().Expose(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

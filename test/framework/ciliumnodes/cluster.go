@@ -14,9 +14,9 @@
 // (Gardener's, or Options.Stored); the harness is the nodes' kubelet (kubelet.go), the one component that cannot run here.
 //
 // Cluster holds the nodes, their links and agents (cluster.go, node.go, lan.go, agents.go, kubelet.go, rollout.go,
-// snapshot.go) and one kube-apiserver's outage under either announcement (outage.go); the scenarios are cut by concern into views of it: L2 (the exposure under L2 and its failover,
-// exposure.go), BGP (the router and the exposure under BGP, bgp.go), Reconnects (reconnect.go) and Repins (nodes at
-// new addresses, addresses.go).
+// snapshot.go) and one kube-apiserver's outage under either announcement (outage.go); the scenarios are cut by concern
+// into views of it: L2 (the exposure under L2 and its failover, exposure.go), BGP (the router and the exposure under
+// BGP, bgp.go), Reconnects (reconnect.go) and Repins (nodes at new addresses and the pods they lead to, repins.go).
 package ciliumnodes
 
 import (

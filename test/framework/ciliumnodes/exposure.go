@@ -37,8 +37,8 @@ import (
 )
 
 // Expose runs the agents unless they run, starts the operator of their Cilium version from its admitted pod
-// (startOperator), creates the shoot's exposure as gardenadm does, waits until the extension reports the VIP and an agent holds the announcement lease,
-// once.
+// (startOperator), creates the shoot's exposure as gardenadm does and waits until the extension reports the VIP and an
+// agent holds the announcement lease, once; later calls return that exposure.
 func (c L2) Expose(ctx context.Context) (*extensionsv1alpha1.SelfHostedShootExposure, error) {
 	c.mu.Lock()
 	running := c.running

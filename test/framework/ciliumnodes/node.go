@@ -338,13 +338,8 @@ func (n *Node) move(ip string) error {
 
 // countEnded counts the node's agent if it ended by itself; with n.mu held, before the harness takes it.
 func (n *Node) countEnded() {
-	if n.agent == nil {
-		return
-	}
-	select {
-	case <-n.agent.Stopped():
+	if n.agentEnded() {
 		n.ended++
-	default:
 	}
 }
 
@@ -352,30 +347,30 @@ func (n *Node) countEnded() {
 func (n *Node) exits() int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	ended := n.ended
-	if n.agent != nil {
-		select {
-		case <-n.agent.Stopped():
-			ended++
-		default:
-		}
+	if n.agentEnded() {
+		return n.ended + 1
 	}
-	return ended
+	return n.ended
+}
+
+// agentEnded says whether the node's current agent has ended without the harness stopping it; with n.mu held.
+func (n *Node) agentEnded() bool {
+	if n.agent == nil {
+		return false
+	}
+	select {
+	case <-n.agent.Stopped():
+		return true
+	default:
+		return false
+	}
 }
 
 // running says whether an agent runs on the node.
 func (n *Node) running() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.agent == nil {
-		return false
-	}
-	select {
-	case <-n.agent.Stopped():
-		return false
-	default:
-		return true
-	}
+	return n.agent != nil && !n.agentEnded()
 }
 
 // startAgent runs the cilium-agent container of pod on the node.

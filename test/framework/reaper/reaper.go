@@ -377,6 +377,10 @@ func (s *state) clean() ([]string, error) {
 	var left []string
 	var errs []error
 	for _, pid := range cgroupProcs(s.Cgroup) {
+		// The binary itself stays listed until `go test` has waited for it: it ended, it was not left behind.
+		if pid == s.Owner.Pid {
+			continue
+		}
 		left = append(left, fmt.Sprintf("process %d (%s)", pid, commandLine(pid)))
 	}
 	if err := killCgroup(s.Cgroup); err != nil {

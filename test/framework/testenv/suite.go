@@ -131,7 +131,7 @@ func (e *Env) RunExtension(ctx context.Context, binary string) error {
 		return err
 	}
 	if binary == "" {
-		if binary, err = BuildExtension(e.Dir); err != nil {
+		if binary, err = BuildExtension(); err != nil {
 			return err
 		}
 	}

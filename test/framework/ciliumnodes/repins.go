@@ -71,3 +71,27 @@ func (c Repins) WaitForRepin(ctx context.Context, name string, old types.UID, si
 	}
 	return r, nil
 }
+
+// RunningPod waits, for at most within, until the agent on the node of that name runs from the node's pod of the
+// agent DaemonSet (the one not terminating) and that pod is Ready, and returns the pod: what the node runs once the
+// DaemonSet controller and the kubelet have caught up.
+func (c Repins) RunningPod(ctx context.Context, name string, within time.Duration) (*corev1.Pod, error) {
+	n := c.nodes[name]
+	if n == nil {
+		return nil, fmt.Errorf("no node %s", name)
+	}
+	var pod *corev1.Pod
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, within, true, func(ctx context.Context) (bool, error) {
+		var running bool
+		pod, running = c.runningPod(ctx, n)
+		return running, nil
+	})
+	last := "none"
+	if pod != nil {
+		last = pod.Name
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the agent on %s does not run from its DaemonSet's pod %s: %w", name, last, err)
+	}
+	return pod, nil
+}
