@@ -270,7 +270,7 @@ func startShoot(ctx context.Context, technicalID string) (env *testenv.Env, stop
 		env.Stop()
 		return nil, nil, err
 	}
-	if err := env.RunExtension(ctx, ""); err != nil {
+	if err := env.Extensions().Run(ctx, ""); err != nil {
 		env.Stop()
 		return nil, nil, err
 	}

@@ -149,7 +149,7 @@ func inCluster(r *report, f *fixture) error {
 	if err := env.CreateSelfHostedShoot(ctx, shoot); err != nil {
 		return err
 	}
-	if err := env.RunExtension(ctx, ""); err != nil {
+	if err := env.Extensions().Run(ctx, ""); err != nil {
 		return err
 	}
 	extension := env.Extension

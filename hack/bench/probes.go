@@ -150,7 +150,7 @@ func endpointProbes(r *report, flips int) error {
 		Baseline: (time.Duration(settings.SuccessThreshold) * settings.Interval).Seconds(), BaselineName: "success threshold x interval"})
 	r.add(Result{Section: probesSection, Name: "cp-1's kube-apiserver back: published ready after, max, " + describe, Value: back[len(back)-1].Seconds(), Unit: "s"})
 
-	if err := env.RequestReconcile(ctx, exp, func(exp *extensionsv1alpha1.SelfHostedShootExposure) {
+	if err := env.Exposures().RequestReconcile(ctx, exp, func(exp *extensionsv1alpha1.SelfHostedShootExposure) {
 		for i, ip := range ips[3:] {
 			exp.Spec.Endpoints = append(exp.Spec.Endpoints, extensionsv1alpha1.ControlPlaneEndpoint{
 				NodeName: "extra-" + strconv.Itoa(i), Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}},
@@ -174,7 +174,7 @@ func waitPublished(ctx context.Context, env *testenv.Env, exp *extensionsv1alpha
 	for _, ip := range addresses {
 		want[ip] = !slices.Contains(notReady, ip)
 	}
-	return env.WaitForPublished(ctx, exp, want, time.Minute)
+	return env.Exposures().WaitForPublished(ctx, exp, want, time.Minute)
 }
 
 // processCost is the CPU (percent of a core) the process pid uses over window, and its anonymous resident memory at

@@ -125,7 +125,7 @@ func agentRepins(r *report, runs int) error {
 		addQuantiles(r, repinSection, "connected to a current member from a new pod", fmt.Sprintf("%d runs", runs), after,
 			Result{Baseline: strandedWindow.Seconds(), BaselineName: withoutName})
 
-		if err := env.RestartExtension(ctx, false, "--disable-controllers=cilium-repin"); err != nil {
+		if err := env.Extensions().Restart(ctx, false, "--disable-controllers=cilium-repin"); err != nil {
 			return err
 		}
 		pod, moved, err := moveAll(runs)

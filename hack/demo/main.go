@@ -141,10 +141,10 @@ func run(extension, chart string, keep bool) error {
 
 func (d *demo) startExtension(ctx context.Context, binary string) error {
 	step("Starting the extension as the chart's ServiceAccount: %s", binary)
-	if err := d.env.RunExtension(ctx, binary); err != nil {
+	if err := d.env.Extensions().Run(ctx, binary); err != nil {
 		return err
 	}
-	step("   with its production flags: %s", strings.Join(d.env.ExtensionCommand()[1:], " "))
+	step("   with its production flags: %s", strings.Join(d.env.Extensions().Command()[1:], " "))
 	step("The extension registered MutatingWebhookConfiguration %s and wrote ConfigMap kube-system/%s",
 		testenv.WebhookConfigName, apiserverendpoints.ConfigMapName)
 	return nil

@@ -399,7 +399,7 @@ func (c BGP) Announce(ctx context.Context, exp *extensionsv1alpha1.SelfHostedSho
 	c.mu.Lock()
 	c.announced = providerConfig
 	c.mu.Unlock()
-	return c.env.ReconcileAndWait(ctx, exp, 3*time.Minute)
+	return c.env.Exposures().ReconcileAndWait(ctx, exp, 3*time.Minute)
 }
 
 // agentGracePeriod is how long kubelet lets the agent on node run between SIGTERM and SIGKILL.

@@ -58,8 +58,8 @@ func (c *Cluster) runExtension(ctx context.Context) error {
 	if port == "" {
 		return fmt.Errorf("the extension's DaemonSet names no webhook-server port")
 	}
-	address := c.env.WebhookAddress()
-	c.env.StopExtension(ctx, false)
+	address := c.env.Extensions().WebhookAddress()
+	c.env.Extensions().Stop(ctx, false)
 	c.extensionStopped = true
 	l, err := net.Listen("tcp", address)
 	if err != nil {
@@ -159,7 +159,7 @@ func (c *Cluster) stopExtension() error {
 	if !c.extensionStopped {
 		return nil
 	}
-	return c.env.StartExtensionAgain()
+	return c.env.Extensions().StartAgain()
 }
 
 func (c *Cluster) routeWebhooks(l net.Listener, port string) {

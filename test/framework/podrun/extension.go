@@ -48,7 +48,7 @@ func ForExtension(ctx context.Context, env *testenv.Env, node, podIP string) (Co
 	}
 	return Container{
 		Pod: pod, Name: pod.Spec.Containers[0].Name, Node: node, PodIP: podIP,
-		Binary: env.ExtensionCommand()[0], Token: token, CA: env.Certificates.CA.CertificatePEM,
+		Binary: env.Extensions().Command()[0], Token: token, CA: env.Certificates.CA.CertificatePEM,
 	}, nil
 }
 
@@ -75,14 +75,14 @@ func (s *Sandbox) TakeOver(ctx context.Context, env *testenv.Env, node, podIP, d
 		return nil, nil, err
 	}
 	c.Dir, c.LogPath = dir, logPath
-	env.StopExtension(ctx, false)
+	env.Extensions().Stop(ctx, false)
 	started, err := s.Start(c)
 	if err != nil {
-		return nil, nil, errors.Join(err, env.StartExtensionAgain())
+		return nil, nil, errors.Join(err, env.Extensions().StartAgain())
 	}
 	giveBack = func() error {
 		started.Stop(context.Background())
-		return env.StartExtensionAgain()
+		return env.Extensions().StartAgain()
 	}
 	if err := testenv.WaitFor(ctx, time.Minute, s.ReadinessProbe(c, started)); err != nil {
 		return nil, nil, errors.Join(fmt.Errorf("the extension pod is not ready: %w\n%s", err, started.LogTail(40)), giveBack())

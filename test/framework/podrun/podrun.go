@@ -368,6 +368,10 @@ func mountScript(c Container, container corev1.Container) ([]string, map[string]
 			return nil, nil, fmt.Errorf("volume %s at %s, outside the tmpfs mounts of this runner", vm.Name, vm.MountPath)
 		}
 		source := filepath.Join("volumes", vm.Name)
+		if !exact {
+			// An emptyDir lives as long as its pod: kept across the container's restarts, new for a new pod.
+			source = filepath.Join("volumes", string(c.Pod.UID), vm.Name)
+		}
 		if exact {
 			// A ConfigMap volume holds what the ConfigMap holds now, nothing an earlier pod's volume of that name held.
 			if err := os.RemoveAll(filepath.Join(c.Dir, source)); err != nil {
@@ -389,7 +393,8 @@ func mountScript(c Container, container corev1.Container) ([]string, map[string]
 }
 
 // volumeFiles are the files of the volume that vm mounts if it is a ConfigMap (exact: it holds them and nothing else)
-// or an emptyDir (none to begin with; what the container wrote stays across its restarts), else nil.
+// or an emptyDir (none to begin with; what the container wrote stays across its restarts, not for the next pod), else
+// nil.
 func volumeFiles(c Container, vm corev1.VolumeMount) (files map[string]string, exact bool, err error) {
 	j := slices.IndexFunc(c.Pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == vm.Name })
 	if j < 0 {

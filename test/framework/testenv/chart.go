@@ -33,9 +33,9 @@ const extensionKubeconfig = "extension-kubeconfig"
 // their values for the shoot of CreateSelfHostedShoot by Gardener's chart renderer, stored as the ManagedResource
 // kube-system/<registration name> of class seed, applied by Gardener's resource manager. The chart's DaemonSet stays
 // without pods unless a suite runs the DaemonSet controller and creates the PriorityClass its pods need
-// (CreateSystemPriorityClass), as test/integration/rollout and test/framework/ciliumnodes do; RunExtension runs the extension as that DaemonSet's pod would. It writes
-// a kubeconfig that impersonates the chart's ServiceAccount and returns its path: the extension run with it may do
-// exactly what the chart grants.
+// (CreateSystemPriorityClass), as test/integration/rollout and test/framework/ciliumnodes do; Extensions().Run runs
+// the extension as that DaemonSet's pod would. It writes a kubeconfig that impersonates the chart's ServiceAccount and
+// returns its path: the extension run with it may do exactly what the chart grants.
 func (e *Env) InstallChart(ctx context.Context, webhookURL string) (string, error) {
 	if e.shoot == nil {
 		return "", fmt.Errorf("no self-hosted shoot created yet")

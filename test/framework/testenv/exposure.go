@@ -22,7 +22,7 @@ import (
 
 // RequestReconcile applies mutate to the exposure and asks for a reconciliation the way Gardener does, with its
 // operation annotation.
-func (e *Env) RequestReconcile(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, mutate func(*extensionsv1alpha1.SelfHostedShootExposure)) error {
+func (e Exposures) RequestReconcile(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, mutate func(*extensionsv1alpha1.SelfHostedShootExposure)) error {
 	if err := e.Client.Get(ctx, client.ObjectKeyFromObject(exp), exp); err != nil {
 		return err
 	}
@@ -48,7 +48,7 @@ func WaitUntilReady(ctx context.Context, c client.Client, exp *extensionsv1alpha
 // reconciliation: its last operation updated since the request as well. Gardener's operation annotation wrapper
 // (pkg/controllerutils/reconciler/operation_annotation_wrapper.go) removes the annotation before the reconciliation
 // writes Processing, so for a moment the object looks ready from the one before.
-func (e *Env) ReconcileAndWait(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, timeout time.Duration) error {
+func (e Exposures) ReconcileAndWait(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, timeout time.Duration) error {
 	if err := e.Client.Get(ctx, client.ObjectKeyFromObject(exp), exp); err != nil {
 		return err
 	}
@@ -63,7 +63,7 @@ func (e *Env) ReconcileAndWait(ctx context.Context, exp *extensionsv1alpha1.Self
 		return ctx.Err()
 	case <-time.After(time.Until(before.Add(time.Second))):
 	}
-	if err := e.RequestReconcile(ctx, exp, func(*extensionsv1alpha1.SelfHostedShootExposure) {}); err != nil {
+	if err := e.Exposures().RequestReconcile(ctx, exp, func(*extensionsv1alpha1.SelfHostedShootExposure) {}); err != nil {
 		return err
 	}
 	return extensions.WaitUntilObjectReadyWithHealthFunction(ctx, e.Client, logr.Discard(),
@@ -76,7 +76,7 @@ const readyPollInterval = 100 * time.Millisecond
 
 // WaitForLastOperation waits until the exposure has been reconciled at its generation, its operation annotation is
 // gone, and its last operation satisfies done. exp is kept up to date.
-func (e *Env) WaitForLastOperation(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, timeout time.Duration, done func(*gardencorev1beta1.LastOperation) bool) error {
+func (e Exposures) WaitForLastOperation(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, timeout time.Duration, done func(*gardencorev1beta1.LastOperation) bool) error {
 	return WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
 		if err := e.Client.Get(ctx, client.ObjectKeyFromObject(exp), exp); err != nil {
 			return false, err
@@ -91,7 +91,7 @@ func (e *Env) WaitForLastOperation(ctx context.Context, exp *extensionsv1alpha1.
 
 // WaitForPublished waits until the exposure's EndpointSlices publish exactly want: each endpoint address ready (and
 // serving, which must agree) or not.
-func (e *Env) WaitForPublished(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, want map[string]bool, timeout time.Duration) error {
+func (e Exposures) WaitForPublished(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, want map[string]bool, timeout time.Duration) error {
 	var got map[string]bool
 	err := WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
 		slices := &discoveryv1.EndpointSliceList{}

@@ -81,8 +81,8 @@ func BuildExtension() (string, error) {
 	return bin, nil
 }
 
-// StartExtension starts the extension binary with args; its output goes to a log file in the scratch directory.
-func (e *Env) StartExtension(binary string, args []string) (*Process, error) {
+// Start starts the extension binary with args; its output goes to a log file in the scratch directory.
+func (e Extensions) Start(binary string, args []string) (*Process, error) {
 	return StartProcess(filepath.Join(e.Dir, "extension.log"), binary, args...)
 }
 

@@ -110,9 +110,9 @@ func (e *Env) SetInternalIP(ctx context.Context, name, ip string) error {
 	})
 }
 
-// WaitForExtension waits until the extension has registered its webhooks with a CA bundle and written the endpoints
+// WaitForWebhooks waits until the extension has registered its webhooks with a CA bundle and written the endpoints
 // ConfigMap. A crash of extension is reported as such rather than waited out.
-func (e *Env) WaitForExtension(ctx context.Context, webhooks int, extension *Process) error {
+func (e Extensions) WaitForWebhooks(ctx context.Context, webhooks int, extension *Process) error {
 	return WaitFor(ctx, time.Minute, func(ctx context.Context) (bool, error) {
 		select {
 		case <-extension.Stopped():

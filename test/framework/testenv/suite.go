@@ -111,17 +111,17 @@ func startWithExtension(ctx context.Context, shoot *gardencorev1beta1.Shoot, opt
 		env.Stop()
 		return nil, err
 	}
-	if err := env.RunExtension(ctx, ""); err != nil {
+	if err := env.Extensions().Run(ctx, ""); err != nil {
 		env.Stop()
 		return nil, err
 	}
 	return env, nil
 }
 
-// RunExtension starts the extension binary (built from this repository when binary is empty) with its production
+// Run starts the extension binary (built from this repository when binary is empty) with its production
 // flags, as the chart's ServiceAccount (impersonated, with exactly the chart's RBAC), and waits until it has
 // registered its webhooks. The caller stops Extension.
-func (e *Env) RunExtension(ctx context.Context, binary string) error {
+func (e Extensions) Run(ctx context.Context, binary string) error {
 	port, err := FreePort()
 	if err != nil {
 		return err
@@ -135,22 +135,22 @@ func (e *Env) RunExtension(ctx context.Context, binary string) error {
 			return err
 		}
 	}
-	e.extensionCommand = append([]string{binary}, e.ExtensionFlags(kubeconfig, ExtensionNamespace, port)...)
-	if e.Extension, err = e.StartExtension(binary, e.extensionCommand[1:]); err != nil {
+	e.extensionCommand = append([]string{binary}, e.Flags(kubeconfig, ExtensionNamespace, port)...)
+	if e.Extension, err = e.Start(binary, e.extensionCommand[1:]); err != nil {
 		return err
 	}
-	if err := e.WaitForExtension(ctx, len(apiserveraccess.WebhookNames), e.Extension); err != nil {
+	if err := e.WaitForWebhooks(ctx, len(apiserveraccess.WebhookNames), e.Extension); err != nil {
 		e.Extension.Stop(ctx)
 		return fmt.Errorf("%w\n--- extension log ---\n%s", err, e.Extension.Log())
 	}
 	return nil
 }
 
-// ExtensionCommand is the binary and flags RunExtension started.
-func (e *Env) ExtensionCommand() []string { return e.extensionCommand }
+// Command is the binary and flags Run started.
+func (e Extensions) Command() []string { return e.extensionCommand }
 
-// WebhookAddress is the address of the webhook server of the extension RunExtension started.
-func (e *Env) WebhookAddress() string {
+// WebhookAddress is the address of the webhook server of the extension Run started.
+func (e Extensions) WebhookAddress() string {
 	for _, arg := range e.extensionCommand {
 		if port, ok := strings.CutPrefix(arg, "--webhook-config-server-port="); ok {
 			return "127.0.0.1:" + port
@@ -159,16 +159,16 @@ func (e *Env) WebhookAddress() string {
 	return ""
 }
 
-// RestartExtension stops the extension started by RunSuite, abruptly (as a node failure or an OOM kill does) or
+// Restart stops the extension started by RunSuite, abruptly (as a node failure or an OOM kill does) or
 // gracefully, and starts it again with the same flags and extra ones, which hold until the next start. It does not
 // wait for the new process to lead: tests wait for what they need.
-func (e *Env) RestartExtension(ctx context.Context, kill bool, extra ...string) error {
-	e.StopExtension(ctx, kill)
-	return e.StartExtensionAgain(extra...)
+func (e Extensions) Restart(ctx context.Context, kill bool, extra ...string) error {
+	e.Stop(ctx, kill)
+	return e.StartAgain(extra...)
 }
 
-// StopExtension stops the extension started by RunSuite, abruptly (SIGKILL) or gracefully (SIGTERM).
-func (e *Env) StopExtension(ctx context.Context, kill bool) {
+// Stop stops the extension started by RunSuite, abruptly (SIGKILL) or gracefully (SIGTERM).
+func (e Extensions) Stop(ctx context.Context, kill bool) {
 	if kill {
 		e.Extension.Kill()
 	} else {
@@ -176,11 +176,11 @@ func (e *Env) StopExtension(ctx context.Context, kill bool) {
 	}
 }
 
-// StartExtensionAgain starts the stopped extension with the same flags and extra ones, keeping the earlier log.
-func (e *Env) StartExtensionAgain(extra ...string) error {
+// StartAgain starts the stopped extension with the same flags and extra ones, keeping the earlier log.
+func (e Extensions) StartAgain(extra ...string) error {
 	e.extensionLogs.WriteString(e.Extension.Log() + fmt.Sprintf("--- restarted %v ---\n", extra))
 	var err error
-	if e.Extension, err = e.StartExtension(e.extensionCommand[0], append(slices.Clone(e.extensionCommand[1:]), extra...)); err != nil {
+	if e.Extension, err = e.Start(e.extensionCommand[0], append(slices.Clone(e.extensionCommand[1:]), extra...)); err != nil {
 		return err
 	}
 	return e.waitUntilReady(e.Extension)
@@ -232,7 +232,7 @@ func (e *Env) waitUntilReady(p *Process) error {
 // it must differ: its own webhook server port, certificate directory, metrics and health addresses. The webhook
 // configuration keeps pointing at the first process (as a Service would at both, in service mode). It returns the
 // process and the address of its webhook server.
-func (e *Env) StartReplica() (*Process, string, error) {
+func (e Extensions) StartReplica() (*Process, string, error) {
 	webhookPort, err := FreePort()
 	if err != nil {
 		return nil, "", err

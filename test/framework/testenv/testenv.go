@@ -47,12 +47,26 @@ type Env struct {
 
 	// Extension is the extension process that RunSuite started.
 	Extension *Process
-	// extensionCommand is its binary and flags, for RestartExtension; extensionLogs the logs of earlier processes.
+	// extensionCommand is its binary and flags, for Extensions().Restart; extensionLogs the logs of earlier processes.
 	extensionCommand []string
 	extensionLogs    strings.Builder
 	// shoot is the self-hosted shoot of CreateSelfHostedShoot, for the chart's values.
 	shoot *gardencorev1beta1.Shoot
 }
+
+// Extensions are the extension's processes on the control plane, as the suites run them: the one RunSuite starts with
+// its production flags (Run), its restarts and a second replica.
+type Extensions struct{ *Env }
+
+// Extensions are the control plane's extension processes.
+func (e *Env) Extensions() Extensions { return Extensions{e} }
+
+// Exposures are the shoot's SelfHostedShootExposures as gardenlet drives them: a reconciliation requested, waited for
+// and its outcome read.
+type Exposures struct{ *Env }
+
+// Exposures are the control plane's exposures as gardenlet drives them.
+func (e *Env) Exposures() Exposures { return Exposures{e} }
 
 // GardenerCRDs are the CRDs of Gardener's seed API that the extension reads or writes.
 var GardenerCRDs = []string{
@@ -317,11 +331,11 @@ func ephemeralPortsFrom() int {
 	return 32768
 }
 
-// ExtensionFlags are the flags of the extension in production on a self-hosted shoot, except that kube-apiserver
+// Flags are the flags of the extension in production on a self-hosted shoot, except that kube-apiserver
 // reaches the webhook server through a URL on loopback rather than a Service: certificates from Gardener's
 // certificate management in namespace, the webhooks merged into the extension's own MutatingWebhookConfiguration,
 // leader election in namespace.
-func (e *Env) ExtensionFlags(kubeconfig, namespace string, webhookPort int) []string {
+func (e Extensions) Flags(kubeconfig, namespace string, webhookPort int) []string {
 	return []string{
 		"--kubeconfig=" + kubeconfig,
 		"--self-hosted-shoot-cluster=true",

@@ -480,11 +480,11 @@ func TestWebhookServesTLS12AndNewerOnly(t *testing.T) {
 func TestWebhookDown(t *testing.T) {
 	ctx := context.Background()
 	agent := storedAgent(t)
-	env.StopExtension(ctx, false)
+	env.Extensions().Stop(ctx, false)
 	restarted := false
 	defer func() {
 		if !restarted {
-			_ = env.StartExtensionAgain()
+			_ = env.Extensions().StartAgain()
 		}
 	}()
 
@@ -502,7 +502,7 @@ func TestWebhookDown(t *testing.T) {
 		}
 	}
 
-	if err := env.StartExtensionAgain(); err != nil {
+	if err := env.Extensions().StartAgain(); err != nil {
 		t.Fatal(err)
 	}
 	restarted = true
@@ -552,7 +552,7 @@ func TestMetricsAndHealthBindAsConfigured(t *testing.T) {
 		if err != nil || ip.IsLoopback() || ip.IsLinkLocalUnicast() {
 			continue
 		}
-		for _, bound := range []string{env.MetricsAddress, env.HealthAddress, env.WebhookAddress()} {
+		for _, bound := range []string{env.MetricsAddress, env.HealthAddress, env.Extensions().WebhookAddress()} {
 			_, port, _ := net.SplitHostPort(bound)
 			if conn, err := net.DialTimeout("tcp", net.JoinHostPort(ip.String(), port), time.Second); err == nil {
 				conn.Close()
@@ -566,7 +566,7 @@ func TestMetricsAndHealthBindAsConfigured(t *testing.T) {
 // its body, as a slowloris does from the node network, loses the connection: the extension's server stops reading
 // after the webhooks' timeout on kube-apiserver's side, not only after controller-runtime's 32 s header timeout.
 func TestWebhookServerCutsOffSlowBodies(t *testing.T) {
-	conn, err := tls.Dial("tcp", env.WebhookAddress(), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // who serves is not what is tested
+	conn, err := tls.Dial("tcp", env.Extensions().WebhookAddress(), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // who serves is not what is tested
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -109,7 +109,7 @@ func TestCARotation(t *testing.T) {
 	oldCA := oldCAs[0]
 
 	backdateWebhookCA(ctx, t)
-	if err := env.RestartExtension(ctx, false); err != nil {
+	if err := env.Extensions().Restart(ctx, false); err != nil {
 		t.Fatal(err)
 	}
 
@@ -125,7 +125,7 @@ func TestCARotation(t *testing.T) {
 	}
 
 	// 2. Once the server has loaded its new certificate, it is the new CA's, and admission still works.
-	if err := env.RestartExtension(ctx, false); err != nil {
+	if err := env.Extensions().Restart(ctx, false); err != nil {
 		t.Fatal(err)
 	}
 	if err := testenv.WaitFor(ctx, 90*time.Second, func(ctx context.Context) (bool, error) {
@@ -222,7 +222,7 @@ func TestWebhookConfigurationOfAnOlderVersionIsReplaced(t *testing.T) {
 	if err := env.Client.Update(ctx, mwc); err != nil {
 		t.Fatalf("writing the older version's configuration as a cluster admin: %v", err)
 	}
-	if err := env.RestartExtension(ctx, false); err != nil {
+	if err := env.Extensions().Restart(ctx, false); err != nil {
 		t.Fatal(err)
 	}
 	if err := testenv.WaitFor(ctx, 90*time.Second, func(ctx context.Context) (bool, error) {

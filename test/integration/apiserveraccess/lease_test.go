@@ -29,11 +29,11 @@ func TestLeaseReleasedOnShutdown(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("the extension holds no lease: %v", err)
 	}
-	env.StopExtension(ctx, false)
+	env.Extensions().Stop(ctx, false)
 	restarted := false
 	t.Cleanup(func() {
 		if !restarted {
-			_ = env.StartExtensionAgain()
+			_ = env.Extensions().StartAgain()
 		}
 	})
 	lease, err := leaderLease(ctx)
@@ -43,7 +43,7 @@ func TestLeaseReleasedOnShutdown(t *testing.T) {
 	if holder := ptr.Deref(lease.Spec.HolderIdentity, ""); holder != "" {
 		t.Errorf("the stopped extension still holds its lease: %q", holder)
 	}
-	if err := env.StartExtensionAgain(); err != nil {
+	if err := env.Extensions().StartAgain(); err != nil {
 		t.Fatal(err)
 	}
 	restarted = true

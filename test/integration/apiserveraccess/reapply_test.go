@@ -58,11 +58,11 @@ func TestResourceManagerReapplyKeepsCiliumPinned(t *testing.T) {
 		t.Fatal("the stored agent DaemonSet is not pinned to begin with")
 	}
 
-	env.StopExtension(ctx, false)
+	env.Extensions().Stop(ctx, false)
 	restarted := false
 	t.Cleanup(func() {
 		if !restarted {
-			_ = env.StartExtensionAgain()
+			_ = env.Extensions().StartAgain()
 		}
 	})
 	err := rm.Reconcile(ctx, cilium.Namespace, ciliumManagedResource)
@@ -82,7 +82,7 @@ func TestResourceManagerReapplyKeepsCiliumPinned(t *testing.T) {
 		}
 	}
 
-	if err := env.StartExtensionAgain(); err != nil {
+	if err := env.Extensions().StartAgain(); err != nil {
 		t.Fatal(err)
 	}
 	restarted = true
@@ -153,11 +153,11 @@ func TestRefusedApplyRetriedWhenWebhookReturns(t *testing.T) {
 		t.Fatalf("the resource manager does not apply Cilium's chart with the webhook up: %v", err)
 	}
 
-	env.StopExtension(ctx, false)
+	env.Extensions().Stop(ctx, false)
 	restarted := false
 	t.Cleanup(func() {
 		if !restarted {
-			_ = env.StartExtensionAgain()
+			_ = env.Extensions().StartAgain()
 		}
 	})
 	mr := &resourcesv1alpha1.ManagedResource{}
@@ -175,7 +175,7 @@ func TestRefusedApplyRetriedWhenWebhookReturns(t *testing.T) {
 	}
 	time.Sleep(30 * time.Second) // the outage itself, during which the resource manager backs off
 
-	if err := env.StartExtensionAgain(); err != nil {
+	if err := env.Extensions().StartAgain(); err != nil {
 		t.Fatal(err)
 	}
 	restarted = true

@@ -85,12 +85,12 @@ func admitter(t *testing.T, addr string) func(context.Context) error {
 // controllers, which then work: a new control-plane node reaches the endpoints ConfigMap.
 func TestReplicaServesWebhooksAndTakesOver(t *testing.T) {
 	ctx := context.Background()
-	replica, addr, err := env.StartReplica()
+	replica, addr, err := env.Extensions().StartReplica()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = env.StartExtensionAgain()
+		_ = env.Extensions().StartAgain()
 		replica.Stop(context.Background())
 		if t.Failed() {
 			t.Logf("--- replica log (tail) ---\n%s", replica.LogTail(30))
@@ -108,7 +108,7 @@ func TestReplicaServesWebhooksAndTakesOver(t *testing.T) {
 
 	// Admissions to the replica, every 100 ms, from before the leader dies until the replica leads.
 	stopAdmitting := admitContinuously(ctx, admit)
-	env.StopExtension(ctx, true)
+	env.Extensions().Stop(ctx, true)
 	if err := testenv.WaitFor(ctx, time.Minute, func(ctx context.Context) (bool, error) {
 		lease, err := leaderLease(ctx)
 		return err == nil && ptr.Deref(lease.Spec.HolderIdentity, "") != "" && *lease.Spec.HolderIdentity != leader, err

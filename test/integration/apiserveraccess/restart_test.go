@@ -21,7 +21,7 @@ import (
 // through it after the outage.
 func TestWebhookOutlivesAPIServerRestart(t *testing.T) {
 	ctx := context.Background()
-	admit := admitter(t, env.WebhookAddress())
+	admit := admitter(t, env.Extensions().WebhookAddress())
 	if err := testenv.WaitFor(ctx, time.Minute, func(ctx context.Context) (bool, error) { return admit(ctx) == nil, nil }); err != nil {
 		t.Fatalf("the extension does not answer admissions: %v (last: %v)", err, admit(ctx))
 	}

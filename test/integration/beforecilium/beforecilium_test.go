@@ -59,7 +59,7 @@ func TestExposureOnceCiliumIsInstalled(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := env.RequestReconcile(ctx, exp, func(*extensionsv1alpha1.SelfHostedShootExposure) {}); err != nil {
+	if err := env.Exposures().RequestReconcile(ctx, exp, func(*extensionsv1alpha1.SelfHostedShootExposure) {}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, exp, func(op *gardencorev1beta1.LastOperation) bool {
@@ -82,7 +82,7 @@ func TestExposureOnceCiliumIsInstalled(t *testing.T) {
 // waitFor waits until the exposure's last operation, for its current generation, satisfies done.
 func waitFor(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure, done func(*gardencorev1beta1.LastOperation) bool) {
 	t.Helper()
-	if err := env.WaitForLastOperation(context.Background(), exp, time.Minute, done); err != nil {
+	if err := env.Exposures().WaitForLastOperation(context.Background(), exp, time.Minute, done); err != nil {
 		t.Fatalf("exposure %s: %v", exp.Name, err)
 	}
 }

@@ -30,7 +30,7 @@ func waitUntilPublished(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExp
 	t.Helper()
 	ctx := context.Background()
 	start := time.Now()
-	if err := env.WaitForPublished(ctx, exp, want, 30*time.Second); err != nil {
+	if err := env.Exposures().WaitForPublished(ctx, exp, want, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	var condition *gardencorev1beta1.Condition

@@ -44,7 +44,7 @@ func owned(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure) map[st
 // reconcile asks for a reconciliation the way Gardener does and waits until it has happened.
 func reconcile(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure, mutate func(*extensionsv1alpha1.SelfHostedShootExposure)) {
 	t.Helper()
-	if err := env.RequestReconcile(context.Background(), exp, mutate); err != nil {
+	if err := env.Exposures().RequestReconcile(context.Background(), exp, mutate); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -60,7 +60,7 @@ func waitUntilReady(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposur
 // waitForState waits until the exposure's last operation has the state and the annotation is gone.
 func waitForState(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure, state gardencorev1beta1.LastOperationState) {
 	t.Helper()
-	if err := env.WaitForLastOperation(context.Background(), exp, 45*time.Second, func(op *gardencorev1beta1.LastOperation) bool {
+	if err := env.Exposures().WaitForLastOperation(context.Background(), exp, 45*time.Second, func(op *gardencorev1beta1.LastOperation) bool {
 		return op.State == state
 	}); err != nil {
 		t.Fatalf("exposure %s never reached %s: %v (lastError %v)", exp.Name, state, err, exp.Status.LastError)
@@ -330,7 +330,7 @@ func TestExtensionRestartMidReconcileAndMidDelete(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := env.RestartExtension(ctx, true); err != nil {
+	if err := env.Extensions().Restart(ctx, true); err != nil {
 		t.Fatal(err)
 	}
 	waitUntilReady(t, exp)
@@ -341,7 +341,7 @@ func TestExtensionRestartMidReconcileAndMidDelete(t *testing.T) {
 	if err := env.Client.Delete(ctx, exp); err != nil {
 		t.Fatal(err)
 	}
-	if err := env.RestartExtension(ctx, true); err != nil {
+	if err := env.Extensions().Restart(ctx, true); err != nil {
 		t.Fatal(err)
 	}
 	if err := env.WaitUntilGone(ctx, exp, 90*time.Second); err != nil {

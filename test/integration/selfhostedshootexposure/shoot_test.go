@@ -92,7 +92,7 @@ func storeGardenerConfig(t *testing.T, announcers bool) *corev1.ConfigMap {
 // waitForError waits until the exposure's last error contains want.
 func waitForError(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure, want string) {
 	t.Helper()
-	if err := env.WaitForLastOperation(context.Background(), exp, 45*time.Second, func(*gardencorev1beta1.LastOperation) bool {
+	if err := env.Exposures().WaitForLastOperation(context.Background(), exp, 45*time.Second, func(*gardencorev1beta1.LastOperation) bool {
 		return exp.Status.LastError != nil && strings.Contains(exp.Status.LastError.Description, want)
 	}); err != nil {
 		t.Fatalf("exposure %s never reported %q: %v (lastError %+v)", exp.Name, want, err, exp.Status.LastError)

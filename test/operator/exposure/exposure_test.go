@@ -49,7 +49,7 @@ func expose(t *testing.T, name, providerConfig string, mutate ...func(*extension
 
 func waitForFinalState(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure) {
 	t.Helper()
-	if err := env.WaitForLastOperation(context.Background(), exp, time.Minute, func(op *gardencorev1beta1.LastOperation) bool {
+	if err := env.Exposures().WaitForLastOperation(context.Background(), exp, time.Minute, func(op *gardencorev1beta1.LastOperation) bool {
 		return op.State == gardencorev1beta1.LastOperationStateSucceeded || op.State == gardencorev1beta1.LastOperationStateError
 	}); err != nil {
 		t.Fatalf("exposure %s has no final state: %v", exp.Name, err)
