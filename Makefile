@@ -78,13 +78,11 @@ test: setup envtest-assets cilium-binaries cilium-1.20-binaries
 print-test-env:
 	@echo 'export $(TOOLS_ENV) $(TOOLS_ENV_1_20)'
 
-# gofmt and go vet; vet with -race compiles every package as make test's go test -race does, so that .ci/run compiles
-# them once, not twice (go test -race then compiled 48 rather than 128 packages for hack/testreport).
 .PHONY: lint
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
-	$(GO) vet -race ./...
+	$(GO) vet ./...
 
 # Deepcopy, conversion and defaulting code of pkg/apis, and example/controller-registration.yaml from the chart.
 .PHONY: generate
