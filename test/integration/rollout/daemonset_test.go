@@ -7,6 +7,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -24,7 +25,7 @@ func extension(ctx context.Context) (*appsv1.DaemonSet, error) {
 // rolledOut waits until Gardener's health functions call the extension's DaemonSet healthy and not progressing
 // (health.CheckDaemonSet, health.IsDaemonSetProgressing: what the resource manager's health controller reports and
 // gardenadm waits for) with want pods, all available. While it waits, check sees every status.
-func rolledOut(t *testing.T, want int32, check func(*appsv1.DaemonSet) error) {
+func rolledOut(t *testing.T, want int32, check func(*testing.T, *appsv1.DaemonSet)) {
 	t.Helper()
 	var last string
 	if err := testenv.WaitFor(context.Background(), 2*time.Minute, func(ctx context.Context) (bool, error) {
@@ -33,9 +34,7 @@ func rolledOut(t *testing.T, want int32, check func(*appsv1.DaemonSet) error) {
 			return false, err
 		}
 		if check != nil {
-			if err := check(ds); err != nil {
-				t.Error(err)
-			}
+			check(t, ds)
 		}
 		progressing, reason := health.IsDaemonSetProgressing(ds)
 		unhealthy := health.CheckDaemonSet(ds)
@@ -62,13 +61,45 @@ func changeTemplate(t *testing.T, revision string) {
 	}
 }
 
+// failedDelete is the reason of the event the DaemonSet controller records when deleting a pod fails
+// (k8s.io/kubernetes pkg/controller/controller_utils.go FailedDeletePodReason).
+const failedDelete = "FailedDelete"
+
 // atMostOneUnavailable is the promise of the chart's update strategy: one control-plane node at a time, so that with
-// several the others keep serving the webhooks.
-func atMostOneUnavailable(ds *appsv1.DaemonSet) error {
-	if ds.Status.ObservedGeneration == ds.Generation && ds.Status.DesiredNumberScheduled-ds.Status.NumberAvailable > 1 {
-		return fmt.Errorf("%d of %d pods unavailable during the rollout", ds.Status.DesiredNumberScheduled-ds.Status.NumberAvailable, ds.Status.DesiredNumberScheduled)
+// several the others keep serving the webhooks. Kubernetes keeps it unless deleting a pod fails: the DaemonSet
+// controller then lowers its expectations as if the pod stayed (pkg/controller/daemon/daemon_controller.go syncNodes)
+// and, when kube-apiserver had deleted it nonetheless (a timeout under load), may delete the next one before it sees
+// the first go. That is Kubernetes', not the chart's: it is logged with the DaemonSet's FailedDelete event since the
+// rollout began.
+func atMostOneUnavailable(since time.Time) func(*testing.T, *appsv1.DaemonSet) {
+	return func(t *testing.T, ds *appsv1.DaemonSet) { checkAtMostOneUnavailable(t, ds, since) }
+}
+
+func checkAtMostOneUnavailable(t *testing.T, ds *appsv1.DaemonSet, since time.Time) {
+	t.Helper()
+	if ds.Status.ObservedGeneration != ds.Generation || ds.Status.DesiredNumberScheduled-ds.Status.NumberAvailable <= 1 {
+		return
 	}
-	return nil
+	unavailable := fmt.Sprintf("%d of %d pods unavailable during the rollout", ds.Status.DesiredNumberScheduled-ds.Status.NumberAvailable, ds.Status.DesiredNumberScheduled)
+	events := &corev1.EventList{}
+	if err := env.Client.List(context.Background(), events, client.InNamespace(ds.Namespace)); err != nil {
+		t.Errorf("%s; the DaemonSet's events: %v", unavailable, err)
+		return
+	}
+	var seen []string
+	failed := false
+	for _, e := range events.Items {
+		if e.InvolvedObject.UID != ds.UID || e.LastTimestamp.Time.Before(since.Truncate(time.Second)) {
+			continue
+		}
+		seen = append(seen, e.Reason+": "+e.Message)
+		failed = failed || e.Reason == failedDelete
+	}
+	if failed {
+		t.Logf("%s after the DaemonSet controller failed to delete a pod: %v", unavailable, seen)
+		return
+	}
+	t.Errorf("%s; the DaemonSet's events: %v", unavailable, seen)
 }
 
 // TestRolloutsFollowTheControlPlaneNodes: gardenadm init runs on the first control-plane node alone, and its second
@@ -86,8 +117,9 @@ func TestRolloutsFollowTheControlPlaneNodes(t *testing.T) {
 	registerControlPlaneNode(t, "cp-b", "10.0.1.21")
 	registerControlPlaneNode(t, "cp-c", "10.0.1.22")
 	rolledOut(t, 3, nil)
+	began := time.Now()
 	changeTemplate(t, "new-image")
-	rolledOut(t, 3, atMostOneUnavailable)
+	rolledOut(t, 3, atMostOneUnavailable(began))
 
 	if err := kubelets.Remove(context.Background(), "cp-c"); err != nil {
 		t.Fatal(err)
