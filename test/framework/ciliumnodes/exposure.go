@@ -296,12 +296,17 @@ const (
 // until the next Run.
 func (c L2) FailOver(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, death Death) (Failover, error) {
 	var f Failover
+	var err error
+	if f.Lease, err = c.timingsSettled(ctx, exp); err != nil {
+		return f, err
+	}
+	// The holder is read last, right before it dies: until the agents' timings settled, the lease may still move.
 	dead, deadMAC, err := c.settledHolder(ctx, exp)
 	if err != nil {
 		return f, fmt.Errorf("before the failover: %w", err)
 	}
 	f.From = dead.Name
-	if f.Lease, err = c.readyForFailover(ctx, exp, dead, deadMAC); err != nil {
+	if err := c.clientThrough(ctx, dead, deadMAC); err != nil {
 		return f, err
 	}
 	c.disturb(f.From)
@@ -315,7 +320,7 @@ func (c L2) FailOver(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShoo
 	}
 	defer func() {
 		if stopTimeline != nil {
-			stopTimeline()
+			stopTimeline(nil)
 		}
 	}()
 	start, err := dead.die(death)
@@ -335,27 +340,20 @@ func (c L2) FailOver(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShoo
 	if f.HandedOver, err = c.newHandoverEvent(ctx, exp, events, f.From); err != nil {
 		return f, err
 	}
-	versions := stopTimeline()
+	handedOver := f.HandedOver != ""
+	// The new holder's agent renews the term handed to it a moment before it answers ARP: its write is waited for.
+	versions := stopTimeline(func(versions []LeaseVersion) bool {
+		m := moveOf(versions, f.From, f.To, start, handedOver)
+		return m.Moved > 0 && (!handedOver || m.TakenUp > m.Moved)
+	})
 	stopTimeline = nil
-	f.LeaseMove = moveOf(versions, f.From, f.To, start, f.HandedOver != "")
+	f.LeaseMove = moveOf(versions, f.From, f.To, start, handedOver)
 	return f, nil
 }
 
-// readyForFailover waits until the client reaches the VIP through holder, the lease says the duration the agents run
-// with (which it returns), and the extension's handover has read cilium-config's timings.
-func (c *Cluster) readyForFailover(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, holder *Node, holderMAC string) (time.Duration, error) {
-	// The client talks to the VIP through the holder, as a client that has been using it does: its neighbour entry
-	// resolved afresh while only the holder answers. An entry left from an earlier holder would send the client's
-	// packets to a node that is still alive, whose Cilium load-balances the VIP as well.
-	if err := c.Client.IP("neigh", "flush", "to", fixtures.ExposureVIP); err != nil {
-		return 0, err
-	}
-	if _, err := c.L2().ReadyzThroughVIP(ctx); err != nil {
-		return 0, fmt.Errorf("before the failover, HTTPS through the VIP: %w", err)
-	}
-	if entry := c.clientNeighbour(); !strings.Contains(entry, holderMAC) {
-		return 0, fmt.Errorf("before the failover, the client's neighbour entry for the VIP is %q, want the holder %s's %s", entry, holder.Name, holderMAC)
-	}
+// timingsSettled waits until the lease says the duration the agents run with (which it returns) and the extension's
+// handover has read cilium-config's timings.
+func (c *Cluster) timingsSettled(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) (time.Duration, error) {
 	// The holder writes its lease duration at every renewal: after a restart with other timings, wait for it.
 	want, err := c.configuredLeaseDuration()
 	if err != nil {
@@ -379,6 +377,23 @@ func (c *Cluster) readyForFailover(ctx context.Context, exp *extensionsv1alpha1.
 	case <-ctx.Done():
 		return lease, ctx.Err()
 	}
+}
+
+// clientThrough waits until the client reaches the VIP through holder (holderMAC) and the VIP serves.
+func (c *Cluster) clientThrough(ctx context.Context, holder *Node, holderMAC string) error {
+	// The client talks to the VIP through the holder, as a client that has been using it does: its neighbour entry
+	// resolved afresh while only the holder answers. An entry left from an earlier holder would send the client's
+	// packets to a node that is still alive, whose Cilium load-balances the VIP as well.
+	if err := c.Client.IP("neigh", "flush", "to", fixtures.ExposureVIP); err != nil {
+		return err
+	}
+	if err := c.waitServing(ctx); err != nil {
+		return fmt.Errorf("before the failover: %w", err)
+	}
+	if entry := c.clientNeighbour(); !strings.Contains(entry, holderMAC) {
+		return fmt.Errorf("before the failover, the client's neighbour entry for the VIP is %q, want the holder %s's %s", entry, holder.Name, holderMAC)
+	}
+	return nil
 }
 
 // measureFailover measures, from start on, until a node other than the dead one (deadMAC) answers ARP for the VIP and
@@ -574,10 +589,27 @@ const servingInARow = 5
 // attached to the node's device (they are compiled first, for seconds when agents start together): until then the
 // VIP goes unanswered.
 func (c L2) WaitUntilServing(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) (string, error) {
-	holder, _, err := c.settledHolder(ctx, exp)
-	if err != nil {
-		return "", err
+	// The lease may move while the requests run (settledHolder): then the new holder is waited for again.
+	var moves []string
+	for range 3 {
+		holder, _, err := c.settledHolder(ctx, exp)
+		if err != nil {
+			return "", err
+		}
+		if err := c.waitServing(ctx); err != nil {
+			return "", err
+		}
+		now, err := c.L2().LeaseHolder(ctx, exp)
+		if err != nil || now == holder.Name {
+			return holder.Name, err
+		}
+		moves = append(moves, holder.Name+" to "+now)
 	}
+	return "", fmt.Errorf("the L2 announcement lease kept moving while the VIP was tried: %v", moves)
+}
+
+// waitServing waits until servingInARow new requests in a row succeed through the VIP.
+func (c *Cluster) waitServing(ctx context.Context) error {
 	inARow := 0
 	var last error
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -588,9 +620,9 @@ func (c L2) WaitUntilServing(ctx context.Context, exp *extensionsv1alpha1.SelfHo
 		}
 		return inARow >= servingInARow, nil
 	}); err != nil {
-		return "", fmt.Errorf("the VIP does not serve %d requests in a row: %v: %w", servingInARow, last, err)
+		return fmt.Errorf("the VIP does not serve %d requests in a row: %v: %w", servingInARow, last, err)
 	}
-	return holder.Name, nil
+	return nil
 }
 
 // attempt is one new request through the VIP.

@@ -9,6 +9,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -25,10 +26,14 @@ type LeaseVersion struct {
 	Acquired, Renewed time.Time
 }
 
+// timelineWait bounds how long stopping a lease timeline waits for the versions it is asked for: the watch delivers a
+// write a moment after it is made.
+const timelineWait = 5 * time.Second
+
 // leaseTimeline watches the exposure's L2 announcement lease until the returned stop is called, which returns every
-// version written meanwhile. A watch, not polling, so that recording adds no load to the kube-apiserver the agents
-// and the extension race on.
-func (c *Cluster) leaseTimeline(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) (stop func() []LeaseVersion, err error) {
+// version written meanwhile, once until holds of them (nil: at once) or timelineWait has passed. A watch, not polling,
+// so that recording adds no load to the kube-apiserver the agents and the extension race on.
+func (c *Cluster) leaseTimeline(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) (stop func(until func([]LeaseVersion) bool) []LeaseVersion, err error) {
 	clientset, err := kubernetes.NewForConfig(c.env.Config)
 	if err != nil {
 		return nil, err
@@ -64,7 +69,14 @@ func (c *Cluster) leaseTimeline(ctx context.Context, exp *extensionsv1alpha1.Sel
 			mu.Unlock()
 		}
 	}()
-	return func() []LeaseVersion {
+	return func(until func([]LeaseVersion) bool) []LeaseVersion {
+		if until != nil {
+			_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timelineWait, true, func(context.Context) (bool, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				return until(versions), nil
+			})
+		}
 		w.Stop()
 		cancel()
 		<-done
