@@ -1,9 +1,10 @@
-// Command testreport runs `go test -json ...` (its arguments) and prints, as `go test` without -v would, each
+// Command testreport runs `go test -json ...` (its arguments; several side by side, separated by a lone ";") and prints, as `go test` without -v would, each
 // package's result and what its TestMain said, and the whole output of every failed test; it ends with what did not
 // run: the tests skipped and why, and the suites that could not run (a missing prerequisite, a failed build) with their
-// reason, then the failed tests. It exits as the command does.
+// reason, then the failed tests with the first line of their first messages. It exits as the first command that
+// failed.
 //
-//	go run ./hack/testreport go test -json -race ./...
+//	go run ./hack/testreport go test -json -race ./pkg/... ";" go test -json ./test/...
 package main
 
 import (
@@ -17,6 +18,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // event is a line of `go test -json` (cmd/test2json).
@@ -35,6 +37,9 @@ const cannotRun = "cannot run: "
 
 const module = "github.com/gardener/gardener-extension-cilium-selfhosted/"
 
+// cpuPrefix begins the line in which a suite says the CPU time it used (test/framework/testenv.CPUPrefix).
+const cpuPrefix = "suite CPU: "
+
 // shufflePrefix begins the line in which a test binary run with -shuffle=on says its seed.
 const shufflePrefix = "-test.shuffle "
 
@@ -48,31 +53,26 @@ type report struct {
 	running     map[string][]string
 	buildFailed map[string]bool
 	passed      int
-	// elapsed is each package's time, from its end event.
+	// elapsed is each package's time, from its end event; cpu what the suite said of its CPU time.
 	elapsed map[string]float64
+	cpu     map[string]string
 }
 
 func newReport() *report {
-	return &report{output: map[string][]string{}, failedTests: map[string]bool{}, running: map[string][]string{}, buildFailed: map[string]bool{}, elapsed: map[string]float64{}}
+	return &report{output: map[string][]string{}, failedTests: map[string]bool{}, running: map[string][]string{}, buildFailed: map[string]bool{}, elapsed: map[string]float64{}, cpu: map[string]string{}}
 }
 
 func main() {
-	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: testreport go test -json [flags] [packages]")
+	cmds := commands(os.Args[1:])
+	if len(cmds) == 0 {
+		fmt.Fprintln(os.Stderr, "usage: testreport go test -json [flags] [packages] [; go test -json ...]")
 		os.Exit(2)
 	}
-	cmd := exec.Command(os.Args[1], os.Args[2:]...)
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
+	events, wait, err := start(cmds)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	if err := cmd.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	var events io.Reader = stdout
 	if path := os.Getenv("TESTREPORT_JSON"); path != "" {
 		f, err := os.Create(path)
 		if err != nil {
@@ -80,19 +80,84 @@ func main() {
 			os.Exit(2)
 		}
 		defer f.Close()
-		events = io.TeeReader(stdout, &keepGoing{w: f})
+		events = io.TeeReader(events, &keepGoing{w: f})
 	}
 	r := newReport()
 	r.read(events, os.Stdout)
-	err = cmd.Wait()
+	code := wait()
 	r.print(os.Stdout)
-	if exit, ok := err.(*exec.ExitError); ok {
-		os.Exit(exit.ExitCode())
+	if code != 0 {
+		os.Exit(code)
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
+}
+
+// commands splits args at each lone ";" into the commands to run side by side.
+func commands(args []string) [][]string {
+	var cmds [][]string
+	var cmd []string
+	for _, arg := range append(args, ";") {
+		if arg != ";" {
+			cmd = append(cmd, arg)
+			continue
+		}
+		if len(cmd) > 0 {
+			cmds = append(cmds, cmd)
+		}
+		cmd = nil
 	}
+	return cmds
+}
+
+// start starts cmds side by side and returns their events, whole lines of each interleaved, and how to wait for them:
+// the exit code of the first that failed, else 0.
+func start(cmds [][]string) (io.Reader, func() int, error) {
+	// A pipe's writes are gated one after the other (io.Pipe): a line is written whole.
+	events, w := io.Pipe()
+	var readers sync.WaitGroup
+	var started []*exec.Cmd
+	for _, args := range cmds {
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Stderr = os.Stderr
+		stdout, err := cmd.StdoutPipe()
+		if err == nil {
+			err = cmd.Start()
+		}
+		if err != nil {
+			for _, c := range started {
+				_ = c.Process.Kill()
+			}
+			return nil, nil, err
+		}
+		started = append(started, cmd)
+		readers.Go(func() {
+			scanner := bufio.NewScanner(stdout)
+			scanner.Buffer(make([]byte, 1<<20), 16<<20)
+			for scanner.Scan() {
+				_, _ = w.Write(append(scanner.Bytes(), '\n'))
+			}
+			// Whatever stopped the reading, go test must not block on a full pipe.
+			_, _ = io.Copy(io.Discard, stdout)
+		})
+	}
+	go func() {
+		readers.Wait()
+		w.Close()
+	}()
+	return events, func() int {
+		code := 0
+		for _, cmd := range started {
+			err := cmd.Wait()
+			exit, ok := err.(*exec.ExitError)
+			switch {
+			case ok && code == 0:
+				code = exit.ExitCode()
+			case err != nil && !ok:
+				fmt.Fprintln(os.Stderr, err)
+				code = 2
+			}
+		}
+		return code
+	}, nil
 }
 
 func (r *report) read(in io.Reader, out io.Writer) {
@@ -127,6 +192,10 @@ func (r *report) read(in io.Reader, out io.Writer) {
 		case "output", "build-output":
 			line := strings.TrimRight(e.Output, "\n")
 			r.output[key] = append(r.output[key], line)
+			if cpu, ok := strings.CutPrefix(line, cpuPrefix); ok && e.Test == "" {
+				r.cpu[pkg] = cpu
+				continue
+			}
 			// The seed of -shuffle matters only to repeat a failure: it is printed with the package's failure.
 			if e.Test == "" && line != "PASS" && line != "FAIL" && !strings.HasPrefix(line, "=== ") && !strings.HasPrefix(line, shufflePrefix) {
 				fmt.Fprintln(out, line)
@@ -150,7 +219,7 @@ func (r *report) read(in io.Reader, out io.Writer) {
 			switch {
 			case e.Test != "":
 				r.failedTests[pkg] = true
-				r.failed = append(r.failed, key)
+				r.failed = append(r.failed, key+r.said(key))
 				fmt.Fprintln(out, strings.Join(r.output[key], "\n"))
 			case len(r.running[pkg]) > 0:
 				// The binary died inside these tests.
@@ -186,6 +255,33 @@ func (r *report) reason(key string) string {
 	return strings.Join(said, " ")
 }
 
+// saidLines is how many of a failed test's messages the closing list repeats.
+const saidLines = 3
+
+// said is the first line of each of the first saidLines messages of a failed test (t.Error, t.Log), each on a line of
+// its own, for the list at the end: a CI log cut in its middle keeps its head and tail, and a failed test's output
+// (the extension logs it shows) can be long.
+func (r *report) said(key string) string {
+	var b strings.Builder
+	n := 0
+	for _, line := range r.output[key] {
+		// go test indents a message's first line by four spaces per level and its further lines by four more.
+		t := strings.TrimLeft(line, " ")
+		file, _, ok := strings.Cut(t, ": ")
+		if !ok || !strings.Contains(file, ".go:") || strings.Contains(file, " ") {
+			continue
+		}
+		if n++; n > saidLines {
+			break
+		}
+		if len(t) > 300 {
+			t = t[:300] + "…"
+		}
+		b.WriteString("\n      " + t)
+	}
+	return b.String()
+}
+
 // why a package failed outside its tests: its prerequisite line, else the last thing it said.
 func (r *report) why(pkg string) string {
 	lines := r.output[pkg]
@@ -216,14 +312,18 @@ func (r *report) print(out io.Writer) {
 	}
 }
 
-// times are the packages that took a second or more, longest first.
+// times are the packages that took a second or more, longest first, with the CPU time of those that said it.
 func (r *report) times() []string {
 	pkgs := slices.Collect(maps.Keys(r.elapsed))
 	slices.SortFunc(pkgs, func(a, b string) int { return cmp.Compare(r.elapsed[b], r.elapsed[a]) })
 	var lines []string
 	for _, pkg := range pkgs {
 		if r.elapsed[pkg] >= 1 {
-			lines = append(lines, fmt.Sprintf("%7.1fs  %s", r.elapsed[pkg], pkg))
+			line := fmt.Sprintf("%7.1fs  %s", r.elapsed[pkg], pkg)
+			if cpu := r.cpu[pkg]; cpu != "" {
+				line += ", CPU " + cpu
+			}
+			lines = append(lines, line)
 		}
 	}
 	return lines

@@ -257,6 +257,33 @@ func ReaperPid() int {
 	return 0
 }
 
+// CPU is the CPU time the confined binary and every process it started have used so far, ended ones included (its
+// cgroup's cpu.stat); false when the binary is not confined.
+func CPU() (user, system time.Duration, ok bool) {
+	s := current.Load()
+	if s == nil {
+		return 0, 0, false
+	}
+	b, err := os.ReadFile(filepath.Join(s.Cgroup, "cpu.stat"))
+	if err != nil {
+		return 0, 0, false
+	}
+	for line := range strings.Lines(string(b)) {
+		key, value, _ := strings.Cut(strings.TrimSpace(line), " ")
+		usec, err := strconv.ParseInt(value, 10, 64)
+		if err != nil {
+			continue
+		}
+		switch key {
+		case "user_usec":
+			user = time.Duration(usec) * time.Microsecond
+		case "system_usec":
+			system = time.Duration(usec) * time.Microsecond
+		}
+	}
+	return user, system, true
+}
+
 // CgroupPath is the confined binary's cgroup, "" when it is not confined.
 func CgroupPath() string {
 	if s := current.Load(); s != nil {

@@ -14,6 +14,10 @@ import (
 // line what is missing and what to run.
 type Prerequisite func() error
 
+// CPUPrefix begins the line in which a suite says, as it ends, the CPU time it and every process it started used;
+// `make test` lists it beside the suite's time.
+const CPUPrefix = "suite CPU: "
+
 // CannotRunPrefix begins the one line a suite prints when a prerequisite is missing; `make test` lists these lines.
 const CannotRunPrefix = "cannot run: "
 

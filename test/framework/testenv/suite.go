@@ -16,6 +16,7 @@ import (
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/reaper"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/webhook/apiserveraccess"
 )
 
@@ -41,6 +42,9 @@ func RunSuiteOn(m *testing.M, planes int, shoot *gardencorev1beta1.Shoot, opts O
 		return CannotRun(err)
 	}
 	code, err := runSuite(m, planes, shoot, opts, setup)
+	if user, system, ok := reaper.CPU(); ok {
+		fmt.Printf("%s%.0f s (user %.0f s, system %.0f s)\n", CPUPrefix, (user + system).Seconds(), user.Seconds(), system.Seconds())
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
