@@ -16,6 +16,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
@@ -350,14 +351,14 @@ func reportExtension(ctx context.Context, env *testenv.Env, pod *corev1.Pod, pod
 // syncExtensionPods does for the extension's pods what kubelet does: a deleted pod's process gets SIGTERM (and
 // SIGKILL after the grace period), the pod is reported terminal and deleted for good; a node whose pod was replaced
 // runs the new one (the DaemonSet controller makes it once the old one is gone), on the node's address now.
-func (c *Cluster) syncExtensionPods(ctx context.Context) {
+func (c *Cluster) syncExtensionPods(ctx context.Context) (pending bool) {
 	daemonSet := &appsv1.DaemonSet{}
 	if err := c.env.Client.Get(ctx, client.ObjectKey{Namespace: testenv.ExtensionNamespace, Name: testenv.ServiceAccountName}, daemonSet); err != nil {
-		return
+		return !apierrors.IsNotFound(err)
 	}
 	list := &corev1.PodList{}
 	if err := c.env.Client.List(ctx, list, client.InNamespace(daemonSet.Namespace), client.MatchingLabels(daemonSet.Spec.Selector.MatchLabels)); err != nil {
-		return
+		return true
 	}
 	for i := range list.Items {
 		pod := &list.Items[i]
@@ -369,6 +370,7 @@ func (c *Cluster) syncExtensionPods(ctx context.Context) {
 		n.mu.Lock()
 		runs, starting := p != nil && uid == pod.UID, n.extensionStarting
 		n.mu.Unlock()
+		pending = pending || pod.DeletionTimestamp != nil || starting || (c.extensionsManaged && !runs)
 		switch {
 		case pod.DeletionTimestamp != nil:
 			var stop func(context.Context) int32
@@ -398,6 +400,7 @@ func (c *Cluster) syncExtensionPods(ctx context.Context) {
 			})
 		}
 	}
+	return pending
 }
 
 // extensionIdle says whether no extension process runs on the node.

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -85,29 +86,78 @@ func (c *Cluster) daemonSetPods(ctx context.Context, inst *installation) (map[st
 	return out, nil
 }
 
-// runKubelets syncs the agent pods of the stored chart every 100 ms until ctx ends.
+// kubeletTick is how often the nodes' kubelet looks at what it runs: the operator's container, and the pods on their
+// way (bound, started, not yet ready; being deleted), whose readiness it reports as kubelet's prober does.
+const kubeletTick = 100 * time.Millisecond
+
+// kubeletResync is how often it lists its pods when no watch event came and none is on its way: it catches what a
+// broken watch (a stopped kube-apiserver) missed.
+const kubeletResync = time.Second
+
+// runKubelets is the nodes' kubelet until ctx ends. It syncs the pods whenever a pod changed, as kubelet works from a
+// watch of its pods (k8s.io/kubernetes pkg/kubelet/config/apiserver.go); every kubeletTick while one is on its way;
+// else every kubeletResync. Listing every tick instead made half of a lane's kube-apiserver requests.
 func (c *Cluster) runKubelets(ctx context.Context) {
+	changed := make(chan struct{}, 1)
+	go c.watchPods(ctx, changed)
+	pending, listed := true, time.Time{}
 	for ctx.Err() == nil {
-		c.syncPods(ctx)
+		if pending || time.Since(listed) >= kubeletResync {
+			listed = time.Now()
+			pending = c.syncPods(ctx)
+		} else {
+			c.mu.Lock()
+			c.syncOperator(ctx)
+			c.mu.Unlock()
+		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
+		case <-changed:
+			pending = true
+		case <-time.After(kubeletTick):
 		}
 	}
 }
 
-func (c *Cluster) syncPods(ctx context.Context) {
+// watchPods signals changed at every event of a pod of the cluster until ctx ends, watching again after a broken
+// watch.
+func (c *Cluster) watchPods(ctx context.Context, changed chan<- struct{}) {
+	clientset, err := kubernetes.NewForConfig(c.env.Config)
+	if err != nil {
+		logf("kubelets: no watch of the pods, listing them every %s: %v", kubeletResync, err)
+		return
+	}
+	for ctx.Err() == nil {
+		if w, err := clientset.CoreV1().Pods("").Watch(ctx, metav1.ListOptions{}); err == nil {
+			for range w.ResultChan() {
+				select {
+				case changed <- struct{}{}:
+				default:
+				}
+			}
+			w.Stop()
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(kubeletResync):
+		}
+	}
+}
+
+// syncPods syncs the extension's pods, the operator and the agent pods of the stored chart, and says whether one of
+// them is on its way.
+func (c *Cluster) syncPods(ctx context.Context) (pending bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.syncExtensionPods(ctx)
+	pending = c.syncExtensionPods(ctx)
 	c.syncOperator(ctx)
 	inst := c.installed[c.stored]
 	if inst == nil {
-		return
+		return pending
 	}
 	list := &corev1.PodList{}
 	if err := c.env.Client.List(ctx, list, client.InNamespace(inst.agent.Namespace), client.MatchingLabels(inst.agent.Spec.Selector.MatchLabels)); err != nil {
-		return
+		return true
 	}
 	for i := range list.Items {
 		pod := &list.Items[i]
@@ -117,8 +167,13 @@ func (c *Cluster) syncPods(ctx context.Context) {
 		}
 		if err := c.syncPod(ctx, inst, n, pod); err != nil {
 			logf("kubelet of %s: pod %s: %v", n.Name, pod.Name, err)
+			pending = true
+		}
+		if pod.DeletionTimestamp != nil || (n.runs(pod.UID) && !health.IsPodReady(pod)) {
+			pending = true
 		}
 	}
+	return pending
 }
 
 // newCrashLoopBackOff is kubelet's back-off between restarts of a container that keeps exiting: 10 s doubling up to
