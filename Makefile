@@ -23,10 +23,15 @@ NC_CHART         = $(shell hack/networking-cilium/chart.sh)
 TOOLS_ENV        = KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CILIUM_OPERATOR="$(CILIUM_OPERATOR)" CILIUM_DBG="$(CILIUM_DBG)" CILIUM_AGENT="$(CILIUM_AGENT)" NETWORKING_CILIUM_CHART="$(NC_CHART)"
 # The tools of Cilium 1.20, for the test and bench runs that need them (ciliumbin.PathFor).
 TOOLS_ENV_1_20   = CILIUM_AGENT_1_20="$(CILIUM_AGENT_1_20)" CILIUM_DBG_1_20="$(CILIUM_DBG_1_20)" CILIUM_OPERATOR_1_20="$(CILIUM_OPERATOR_1_20)"
-# Three packages at a time: the suites mostly wait (for kube-apiserver, agents, failovers), and with two the ones
-# beside test/agents/datapath took longer one after the other than it (docs/development/testing.md). Test binaries
-# without DWARF (-w; stack traces and race reports use the symbol table) link in about two thirds of the CPU time.
-TEST_FLAGS      ?= -race -shuffle=on -timeout=30m -p=3 -ldflags=-w
+# Test binaries without DWARF (-w; stack traces and race reports use the symbol table) link in about two thirds of
+# the CPU time.
+TEST_FLAGS      ?= -shuffle=on -timeout=30m -ldflags=-w
+# make test runs three groups side by side (docs/development/testing.md, "How make test runs"): the unit tests and the
+# suites under -race, two packages at a time each; test/agents/, whose product and Cilium run as processes of their
+# own, without it (there the detector would watch the harness alone, at half of its test binary's CPU time). Each
+# group keeps its test binaries in bin/test/<group>/, so that go test links only those that changed.
+UNIT_PACKAGES    = $$($(GO) list ./... | grep -v /test/)
+SUITE_PACKAGES   = $$($(GO) list ./test/... | grep -v /test/agents/)
 
 .PHONY: all
 all: lint build test
@@ -70,7 +75,13 @@ cilium-1.20-binaries:
 
 .PHONY: test
 test: setup envtest-assets cilium-binaries cilium-1.20-binaries
-	$(TOOLS_ENV) $(TOOLS_ENV_1_20) $(GO) run ./hack/testreport $(GO) test -json $(TEST_FLAGS) ./...
+	@mkdir -p bin/test/agents bin/test/suites bin/test/unit
+	@# What both -race groups build, built once: go commands side by side would each compile it.
+	$(GO) build -race ./...
+	$(TOOLS_ENV) $(TOOLS_ENV_1_20) $(GO) run ./hack/testreport \
+	  $(GO) test -json $(TEST_FLAGS) -o bin/test/agents/ ./test/agents/... \; \
+	  $(GO) test -json -race $(TEST_FLAGS) -p=2 -o bin/test/suites/ $(SUITE_PACKAGES) \; \
+	  $(GO) test -json -race $(TEST_FLAGS) -p=2 -o bin/test/unit/ $(UNIT_PACKAGES)
 
 # The tools' environment that make test passes, for running one suite or case alone: eval "$$(make -s print-test-env)"
 # (test/README.md). The tools are built first when missing.
