@@ -453,14 +453,18 @@ func TestProbeServiceAccountMustBeNamespaced(t *testing.T) {
 }
 
 // TestProberTokenRenewedInBackground: a prober token is renewed before it expires, by the registry rather than by a
-// probe: with tokens that live two seconds and a kube-apiserver that takes longer than a probe's timeout to issue a
-// renewal, new tokens keep being issued, no probe carries an expired one, and the endpoint never goes out.
+// probe: with tokens that live three seconds and a kube-apiserver that takes five probe timeouts to issue a renewal,
+// new tokens keep being issued, each renewal is asked for before the probes' token source would (at nine tenths of
+// the token's life, token.go), no probe carries an expired one, and the endpoint never goes out.
 func TestProberTokenRenewedInBackground(t *testing.T) {
+	const life = 3 * time.Second
 	ca := newCA(t)
 	pair := serverCertificate(t, ca, []net.IP{net.ParseIP("127.0.0.1")}, apiserverendpoints.ServerName)
 	var (
 		mu      sync.Mutex
 		expiry  = map[string]time.Time{}
+		late    []string
+		lastAt  time.Time
 		expired atomic.Int32
 		issued  atomic.Int32
 	)
@@ -468,12 +472,18 @@ func TestProberTokenRenewedInBackground(t *testing.T) {
 		auth := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/serviceaccounts/prober/token") {
 			n := issued.Add(1)
-			if n > 1 {
-				time.Sleep(3 * fast.Timeout) // a slow kube-apiserver: a probe waiting for this renewal would time out
-			}
-			name, until := fmt.Sprintf("prober-%d", n), time.Now().Add(2*time.Second)
 			mu.Lock()
-			expiry[name] = until
+			// The registry asks at three fifths of the life, the probes' token source at nine tenths: between them.
+			if asked := time.Since(lastAt); n > 1 && asked >= life*3/4 {
+				late = append(late, fmt.Sprintf("renewal %d asked for %s after the token before", n-1, asked.Round(time.Millisecond)))
+			}
+			mu.Unlock()
+			if n > 1 {
+				time.Sleep(5 * fast.Timeout) // a slow kube-apiserver: probes waiting for this renewal would time out
+			}
+			name, until := fmt.Sprintf("prober-%d", n), time.Now().Add(life)
+			mu.Lock()
+			expiry[name], lastAt = until, time.Now()
 			mu.Unlock()
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = fmt.Fprintf(w, `{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","status":{"token":%q,"expirationTimestamp":%q}}`,
@@ -490,12 +500,16 @@ func TestProberTokenRenewedInBackground(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusOK)
 	}))
-	// One failed probe takes the endpoint out: a probe that waited for a renewal would show.
-	settings := fast
-	settings.FailureThreshold = 1
-	r := proberRegistry(t, ca, pair, server, settings)
+	// Two failed probes in a row take the endpoint out, so that one slow probe on a busy machine does not; a probe
+	// that waited for a renewal shows as a late renewal.
+	r := proberRegistry(t, ca, pair, server, fast)
 	r.Track(expA, []string{server.Listener.Addr().String()})
 	waitFor(t, "three tokens were issued", func() bool { return issued.Load() >= 3 })
+	mu.Lock()
+	defer mu.Unlock()
+	if len(late) > 0 {
+		t.Errorf("renewed by the probes, not in the background: %v", late)
+	}
 	if n := expired.Load(); n != 0 {
 		t.Errorf("%d probes carried an expired token", n)
 	}
