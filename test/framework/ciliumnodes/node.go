@@ -244,9 +244,12 @@ func (n *Node) unmountHostFS() error {
 	return nil
 }
 
-// restart stops the node's agent if it runs, revives the node and starts the agent from pod.
+// restart stops the node's agent if it runs, as kubelet stops a container it replaces (SIGKILL after the pod's grace
+// period), revives the node and starts the agent from pod.
 func (n *Node) restart(ctx context.Context, env *testenv.Env, pod *corev1.Pod, configMaps map[string]map[string]string) error {
-	n.stopAgent(ctx)
+	stopCtx, cancel := context.WithTimeout(ctx, gracePeriod(pod))
+	n.stopAgent(stopCtx)
+	cancel()
 	if err := n.revive(); err != nil {
 		return err
 	}
@@ -574,8 +577,17 @@ func (n *Node) agentGet(ctx context.Context, path string, v any) error {
 	return json.NewDecoder(resp.Body).Decode(v)
 }
 
-// Stop ends the node's Cilium processes as kubelet does.
-func (n *Node) Stop() { n.end(func(p *podrun.Started) { p.Stop(context.Background()) }) }
+// Stop ends the node's Cilium processes as kubelet does: SIGTERM, and SIGKILL after the charts' grace period (1 s, which
+// kubelet makes its minimum of 2 s; the operator, whose chart leaves Kubernetes' 30 s, exits well within it). Cilium
+// 1.19's agent from Gardener's chart does not exit within 30 s here once stopped: its log ends with Hubble's certificate
+// loader waiting for the certificate that networking-cilium's hubble-generate-certs Job would have made.
+func (n *Node) Stop() {
+	n.end(func(p *podrun.Started) {
+		ctx, cancel := context.WithTimeout(context.Background(), minimumGracePeriod)
+		defer cancel()
+		p.Stop(ctx)
+	})
+}
 
 // Kill ends the node's Cilium processes at once, their children included, as when the node dies. The node's datapath
 // stays (hostFS).
