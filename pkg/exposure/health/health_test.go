@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
 	secretsutils "github.com/gardener/gardener/pkg/utils/secrets"
@@ -109,8 +110,9 @@ func newCA(t *testing.T) *secretsutils.Certificate {
 	return ca
 }
 
-// fast are settings that keep the test short; the thresholds are the defaults'.
-var fast = Settings{Interval: 100 * time.Millisecond, Timeout: 100 * time.Millisecond, FailureThreshold: 2, SuccessThreshold: 2}
+// fast are settings that keep the test short; the thresholds are the defaults'. Probes of 100 ms timed out two in a
+// row on a busy machine (make test runs the suites beside the unit tests).
+var fast = Settings{Interval: 500 * time.Millisecond, Timeout: 500 * time.Millisecond, FailureThreshold: 2, SuccessThreshold: 2}
 
 // changes records the exposures the registry reports, one entry per change.
 type changes struct {
@@ -453,11 +455,11 @@ func TestProbeServiceAccountMustBeNamespaced(t *testing.T) {
 }
 
 // TestProberTokenRenewedInBackground: a prober token is renewed before it expires, by the registry rather than by a
-// probe: with tokens that live three seconds and a kube-apiserver that takes five probe timeouts to issue a renewal,
+// probe: with tokens that live six seconds and a kube-apiserver that takes three probe timeouts to issue a renewal,
 // new tokens keep being issued, each renewal is asked for before the probes' token source would (at nine tenths of
 // the token's life, token.go), no probe carries an expired one, and the endpoint never goes out.
 func TestProberTokenRenewedInBackground(t *testing.T) {
-	const life = 3 * time.Second
+	const life = 6 * time.Second
 	ca := newCA(t)
 	pair := serverCertificate(t, ca, []net.IP{net.ParseIP("127.0.0.1")}, apiserverendpoints.ServerName)
 	var (
@@ -479,7 +481,7 @@ func TestProberTokenRenewedInBackground(t *testing.T) {
 			}
 			mu.Unlock()
 			if n > 1 {
-				time.Sleep(5 * fast.Timeout) // a slow kube-apiserver: probes waiting for this renewal would time out
+				time.Sleep(3 * fast.Timeout) // a slow kube-apiserver: probes waiting for this renewal would time out
 			}
 			name, until := fmt.Sprintf("prober-%d", n), time.Now().Add(life)
 			mu.Lock()
@@ -504,7 +506,12 @@ func TestProberTokenRenewedInBackground(t *testing.T) {
 	// that waited for a renewal shows as a late renewal.
 	r := proberRegistry(t, ca, pair, server, fast)
 	r.Track(expA, []string{server.Listener.Addr().String()})
-	waitFor(t, "three tokens were issued", func() bool { return issued.Load() >= 3 })
+	// The third token is asked for about 9 s in, beyond waitFor's 10 s on a busy machine.
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return issued.Load() >= 3, nil
+	}); err != nil {
+		t.Fatalf("%d tokens issued: %v", issued.Load(), err)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if len(late) > 0 {
