@@ -27,11 +27,16 @@ import (
 
 var exposureService = &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "cilium-exposure-bare-metal"}}
 
+// leaseSeconds is the duration of the leases the tests make: long enough that a lease renewed a second before the
+// cases are built is still fresh when the last of them runs on a busy machine (they ran past 5 s in make test's
+// unit group, beside the suites).
+const leaseSeconds = 60
+
 func lease(holder string, renewed time.Duration) *coordinationv1.Lease {
 	renewTime := metav1.NewMicroTime(time.Now().Add(-renewed))
 	return &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "cilium-l2announce-kube-system-cilium-exposure-bare-metal"},
-		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), LeaseDurationSeconds: ptr.To[int32](5), RenewTime: &renewTime},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), LeaseDurationSeconds: ptr.To[int32](leaseSeconds), RenewTime: &renewTime},
 	}
 }
 
@@ -86,7 +91,7 @@ func TestWaitForAnnouncement(t *testing.T) {
 		"L2, no lease":              {cfg: l2, waiting: "no node took lease kube-system/cilium-l2announce-kube-system-cilium-exposure-bare-metal"},
 		"L2, control-plane holder":  {cfg: l2, objs: []client.Object{lease("cp-1", time.Second)}, want: []string{"cp-1"}},
 		"L2, worker holder":         {cfg: l2, objs: []client.Object{lease("worker-0", time.Second)}, waiting: "is held by worker-0, which the L2 policy does not select"},
-		"L2, holder stopped":        {cfg: l2, objs: []client.Object{lease("cp-1", time.Minute)}, waiting: "of cp-1 is not renewed"},
+		"L2, holder stopped":        {cfg: l2, objs: []client.Object{lease("cp-1", time.Hour)}, waiting: "of cp-1 is not renewed"},
 		"L2, policy on the workers": {cfg: l2OnWorkers, objs: []client.Object{lease("worker-0", 0)}, want: []string{"worker-0"}},
 		"BGP, no node config":       {cfg: bgp, waiting: "no CiliumBGPNodeConfig of a node the BGP configuration selects"},
 		"BGP, session idle":         {cfg: bgp, objs: []client.Object{nodeConfig("cp-0", "active", 0)}, waiting: "no established BGP session that advertises routes in the CiliumBGPNodeConfigs of cp-0"},
@@ -160,7 +165,8 @@ func TestWaitForAnnouncementKeepsWhatItFound(t *testing.T) {
 func TestWaitForAnnouncementLooksAgainAfterAFailedRead(t *testing.T) {
 	a := actuatorWith(lease("worker-0", time.Second))
 	reader := &failingReader{Client: a.client, fail: refused}
-	a.reader, a.ingressWait = reader, time.Second
+	// Three looks or more at its poll interval, also when a busy machine stalls the wait for a moment.
+	a.reader, a.ingressWait = reader, 3*time.Second
 	_, err := a.waitForAnnouncement(context.Background(), built(t, &exposure.ExposureConfig{Announcement: exposure.AnnouncementL2}))
 	requeue := &reconcilerutils.RequeueAfterError{}
 	if !errors.As(err, &requeue) || !strings.Contains(err.Error(), "is held by worker-0, which the L2 policy does not select") {
@@ -185,7 +191,7 @@ func TestWaitForIngressReadsTheCurrentService(t *testing.T) {
 	old.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "203.0.113.10"}}
 	cached := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(old, objs.Pool.DeepCopy()).Build()
 	current := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(objs.Service.DeepCopy(), objs.Pool.DeepCopy()).Build()
-	a := &actuator{client: cached, reader: current, recorder: record.NewFakeRecorder(10), ingressWait: 300 * time.Millisecond}
+	a := &actuator{client: cached, reader: current, recorder: record.NewFakeRecorder(10), ingressWait: 300 * time.Millisecond, pollInterval: 20 * time.Millisecond}
 	ingress, err := a.waitForIngress(context.Background(), objs.Service, objs.Pool.Name, network.Pool{})
 	var requeue *reconcilerutils.RequeueAfterError
 	if !errors.As(err, &requeue) {

@@ -455,11 +455,11 @@ func TestProbeServiceAccountMustBeNamespaced(t *testing.T) {
 }
 
 // TestProberTokenRenewedInBackground: a prober token is renewed before it expires, by the registry rather than by a
-// probe: with tokens that live six seconds and a kube-apiserver that takes three probe timeouts to issue a renewal,
+// probe: with tokens that live ten seconds and a kube-apiserver that takes two probe timeouts to issue a renewal,
 // new tokens keep being issued, each renewal is asked for before the probes' token source would (at nine tenths of
 // the token's life, token.go), no probe carries an expired one, and the endpoint never goes out.
 func TestProberTokenRenewedInBackground(t *testing.T) {
-	const life = 6 * time.Second
+	const life = 10 * time.Second
 	ca := newCA(t)
 	pair := serverCertificate(t, ca, []net.IP{net.ParseIP("127.0.0.1")}, apiserverendpoints.ServerName)
 	var (
@@ -481,7 +481,7 @@ func TestProberTokenRenewedInBackground(t *testing.T) {
 			}
 			mu.Unlock()
 			if n > 1 {
-				time.Sleep(3 * fast.Timeout) // a slow kube-apiserver: probes waiting for this renewal would time out
+				time.Sleep(2 * fast.Timeout) // a slow kube-apiserver: probes waiting for this renewal would time out
 			}
 			name, until := fmt.Sprintf("prober-%d", n), time.Now().Add(life)
 			mu.Lock()
@@ -506,7 +506,7 @@ func TestProberTokenRenewedInBackground(t *testing.T) {
 	// that waited for a renewal shows as a late renewal.
 	r := proberRegistry(t, ca, pair, server, fast)
 	r.Track(expA, []string{server.Listener.Addr().String()})
-	// The third token is asked for about 9 s in, beyond waitFor's 10 s on a busy machine.
+	// The third token is asked for about 13 s in, beyond waitFor's 10 s.
 	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		return issued.Load() >= 3, nil
 	}); err != nil {
