@@ -135,6 +135,9 @@ func start(cmds [][]string) (io.Reader, func() int, error) {
 			for scanner.Scan() {
 				_, _ = w.Write(append(scanner.Bytes(), '\n'))
 			}
+			if err := scanner.Err(); err != nil {
+				fmt.Fprintf(os.Stderr, "testreport: reading the events of %s: %v\n", strings.Join(args, " "), err)
+			}
 			// Whatever stopped the reading, go test must not block on a full pipe.
 			_, _ = io.Copy(io.Discard, stdout)
 		})

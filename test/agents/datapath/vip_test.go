@@ -92,7 +92,7 @@ func vipFailovers(t *testing.T, l *lane, exp *extensionsv1alpha1.SelfHostedShoot
 		{"link down", nil, ciliumnodes.LinkDown, true, 5 * time.Second},
 		{"hung", nil, ciliumnodes.Hung, true, 5 * time.Second},
 		// Before the other lease timings: with the agents' timings unchanged since the lane settled, the failover need
-		// not wait for the handover to read them again (readyForFailover), nor the agents restart twice.
+		// not wait for the handover to read them again (FailOver's timingsSettled), nor the agents restart twice.
 		{"handover switched off", nil, ciliumnodes.LinkDown, false, 5 * time.Second},
 		{"Cilium's default lease", ciliumnodes.CiliumDefaultLease, ciliumnodes.LinkDown, true, ciliumnodes.CiliumDefaultLease.Duration},
 	} {

@@ -300,7 +300,7 @@ func (c L2) FailOver(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShoo
 	if f.Lease, err = c.timingsSettled(ctx, exp); err != nil {
 		return f, err
 	}
-	// The holder is read last, right before it dies: until the agents' timings settled, the lease may still move.
+	// The holder is read after the agents' timings settled, until which the lease may still move.
 	dead, deadMAC, err := c.settledHolder(ctx, exp)
 	if err != nil {
 		return f, fmt.Errorf("before the failover: %w", err)

@@ -270,8 +270,11 @@ func (n *Node) stopAgent(ctx context.Context) int32 {
 	}
 	// SIGKILL goes to the whole container, as a runtime kills the container's cgroup: the agent's children (clang
 	// compiling its BPF programs) would otherwise keep its output open, and the stop waiting, until they finish.
-	stopped := make(chan struct{})
+	// It is written before stopAgent returns: once the grace period ran out, it could otherwise reach the cgroup after
+	// the next agent started in it.
+	stopped, killed := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(killed)
 		select {
 		case <-ctx.Done():
 			_ = os.WriteFile(filepath.Join(n.cgroup, "cgroup.kill"), []byte("1"), 0o644)
@@ -280,6 +283,7 @@ func (n *Node) stopAgent(ctx context.Context) int32 {
 	}()
 	agent.Stop(ctx)
 	close(stopped)
+	<-killed
 	return exitCode(agent.Err())
 }
 
