@@ -30,8 +30,9 @@ TEST_FLAGS      ?= -shuffle=on -timeout=30m -ldflags=-w
 # suites under -race, two packages at a time each; test/agents/, whose product and Cilium run as processes of their
 # own, without it (there the detector would watch the harness alone, at half of its test binary's CPU time). Each
 # group keeps its test binaries in bin/test/<group>/, so that go test links only those that changed.
-UNIT_PACKAGES    = $$($(GO) list ./... | grep -v "^$$($(GO) list -m)/test/")
-SUITE_PACKAGES   = $$($(GO) list ./test/... | grep -v "^$$($(GO) list -m)/test/agents\(/\|$$\)")
+MODULE           = $(shell $(GO) list -m)
+UNIT_PACKAGES    = $$($(GO) list ./... | grep -v "^$(MODULE)/test/")
+SUITE_PACKAGES   = $$($(GO) list ./test/... | grep -v "^$(MODULE)/test/agents\(/\|$$\)")
 
 .PHONY: all
 all: lint build test
@@ -74,15 +75,21 @@ cilium-1.20-binaries:
 	@hack/cilium/build.sh cilium-operator 1.20
 
 .PHONY: test
-test: setup envtest-assets cilium-binaries cilium-1.20-binaries
+test: setup
 	@mkdir -p bin/test/agents bin/test/suites bin/test/unit
-	@# What both -race groups build, built once: go commands side by side would each compile it. A package that does
-	@# not build is reported by the groups.
-	-$(GO) build -race ./...
+	@# The tools and the -race build two at a time: one build alone leaves a core idle while it links (cold, the
+	@# four took 18.4 min one after the other; docs/development/testing.md, "Cold").
+	@$(MAKE) --no-print-directory -j2 -Oline envtest-assets cilium-binaries cilium-1.20-binaries race-build
 	$(TOOLS_ENV) $(TOOLS_ENV_1_20) $(GO) run ./hack/testreport \
 	  $(GO) test -json $(TEST_FLAGS) -o bin/test/agents/ ./test/agents/... \; \
 	  $(GO) test -json -race $(TEST_FLAGS) -p=2 -o bin/test/suites/ $(SUITE_PACKAGES) \; \
 	  $(GO) test -json -race $(TEST_FLAGS) -p=2 -o bin/test/unit/ $(UNIT_PACKAGES)
+
+# What both -race groups of make test build, built once: go commands side by side would each compile it. A package
+# that does not build is reported by the groups.
+.PHONY: race-build
+race-build:
+	-$(GO) build -race ./...
 
 # The tools' environment that make test passes, for running one suite or case alone: eval "$$(make -s print-test-env)"
 # (test/README.md). The tools are built first when missing.
