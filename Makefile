@@ -75,15 +75,19 @@ cilium-1.20-binaries:
 	@hack/cilium/build.sh cilium-operator 1.20
 
 .PHONY: test
-test: setup
+test: setup test-prerequisites
 	@mkdir -p bin/test/agents bin/test/suites bin/test/unit
-	@# The tools and the -race build two at a time: one build alone leaves a core idle while it links (cold, the
-	@# four took 18.4 min one after the other; docs/development/testing.md, "Cold").
-	@$(MAKE) --no-print-directory -j2 -Oline envtest-assets cilium-binaries cilium-1.20-binaries race-build
 	$(TOOLS_ENV) $(TOOLS_ENV_1_20) $(GO) run ./hack/testreport \
 	  $(GO) test -json $(TEST_FLAGS) -o bin/test/agents/ ./test/agents/... \; \
 	  $(GO) test -json -race $(TEST_FLAGS) -p=2 -o bin/test/suites/ $(SUITE_PACKAGES) \; \
 	  $(GO) test -json -race $(TEST_FLAGS) -p=2 -o bin/test/unit/ $(UNIT_PACKAGES)
+
+# The tools and the -race build, two at a time: one build alone leaves a core idle while it links (cold, the four took
+# 18.4 min one after the other; docs/development/testing.md, "Cold"). A prerequisite of test, not a line of its
+# recipe: make expands a recipe whole before its first line runs, and TOOLS_ENV builds what is missing one by one.
+.PHONY: test-prerequisites
+test-prerequisites:
+	@$(MAKE) --no-print-directory -j2 -Oline envtest-assets cilium-binaries cilium-1.20-binaries race-build
 
 # What both -race groups of make test build, built once: go commands side by side would each compile it. A package
 # that does not build is reported by the groups.
