@@ -124,7 +124,7 @@ func startWithExtension(ctx context.Context, shoot *gardencorev1beta1.Shoot, opt
 
 // Run starts the extension binary (built from this repository when binary is empty) with its production
 // flags, as the chart's ServiceAccount (impersonated, with exactly the chart's RBAC), and waits until it has
-// registered its webhooks. The caller stops Extension.
+// registered its webhooks and is ready, its metrics server listening. The caller stops Extension.
 func (e Extensions) Run(ctx context.Context, binary string) error {
 	port, err := FreePort()
 	if err != nil {
@@ -146,6 +146,10 @@ func (e Extensions) Run(ctx context.Context, binary string) error {
 	if err := e.WaitForWebhooks(ctx, len(apiserveraccess.WebhookNames), e.Extension); err != nil {
 		e.Extension.Stop(ctx)
 		return fmt.Errorf("%w\n--- extension log ---\n%s", err, e.Extension.Log())
+	}
+	if err := e.waitUntilReady(e.Extension); err != nil {
+		e.Extension.Stop(ctx)
+		return err
 	}
 	return nil
 }
@@ -227,7 +231,7 @@ func (e *Env) waitUntilReady(p *Process) error {
 		return true, conn.Close()
 	})
 	if err != nil {
-		return fmt.Errorf("the restarted extension is not ready: %w\n%s", err, p.LogTail(20))
+		return fmt.Errorf("the extension is not ready: %w\n%s", err, p.LogTail(20))
 	}
 	return nil
 }
