@@ -5,6 +5,7 @@
 #               what it skipped, each package's time and the failures (test/README.md)
 
 BINARY          := gardener-extension-cilium-selfhosted
+ARCH            ?= $(shell $(GO) env GOARCH)
 GO              ?= go
 # Built tools live outside the repository (CI clones it afresh) and are reused by every checkout.
 CACHE_DIR       ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/gardener-extension-cilium-selfhosted
@@ -27,6 +28,9 @@ TOOLS_ENV_1_20   = CILIUM_AGENT_1_20="$(CILIUM_AGENT_1_20)" CILIUM_DBG_1_20="$(C
 # cache took 355 instead of 443 CPU-seconds (185 instead of 232 s on two cores), 1.95 instead of 1.86 GB at its peak.
 # What the tests run keeps Go's default.
 BUILD_ENV        = GOGC=400
+# Every build without the race detector takes the flags of the image's binary (hack/build.sh: static, -trimpath), so
+# that the packages compile once for the binary, go vet and the agents' suites.
+STATIC           = CGO_ENABLED=0
 # Test binaries without DWARF (-w; stack traces and race reports use the symbol table) link in about two thirds of
 # the CPU time.
 TEST_FLAGS      ?= -shuffle=on -timeout=30m -ldflags=-w
@@ -41,9 +45,24 @@ SUITE_PACKAGES   = $$($(GO) list ./test/... | grep -v "^$(MODULE)/test/agents\(/
 .PHONY: all
 all: lint build test
 
+# The binary as the image holds it (static, reproducible, with VERSION's version), for this machine's architecture:
+# bin/linux_<arch>/.
 .PHONY: build
 build:
-	$(BUILD_ENV) $(GO) build -o bin/$(BINARY) ./cmd/$(BINARY)
+	@$(BUILD_ENV) hack/build.sh $(ARCH) >/dev/null
+
+# The image for linux/amd64 and linux/arm64, one index in the OCI layout bin/image/oci tagged with VERSION; prints its
+# digest and sizes. Offline by default (scratch plus distroless's files); as Gardener's extensions are built with
+# BASE_IMAGE=gcr.io/distroless/static-debian13:nonroot.
+.PHONY: image
+image:
+	@$(BUILD_ENV) hack/image/build.sh
+
+# Builds the image of the commit twice, here and from a fresh clone with an empty Go build cache, and compares the
+# digests (.ci/run runs it; make test does not).
+.PHONY: image-verify
+image-verify:
+	@$(BUILD_ENV) hack/image/verify.sh
 
 # The system packages the suites need (hack/setup.sh is their one list): installed on Debian 12 and 13 as root, else
 # the exact command to run is printed. SKIP_SETUP=1 skips it.
@@ -79,10 +98,10 @@ cilium-1.20-binaries:
 	@$(BUILD_ENV) hack/cilium/build.sh cilium-operator 1.20
 
 .PHONY: test
-test: setup envtest-assets cilium-binaries cilium-1.20-binaries race-build
+test: setup envtest-assets cilium-binaries cilium-1.20-binaries race-build build
 	@mkdir -p bin/test/agents bin/test/suites bin/test/unit
 	$(TOOLS_ENV) $(TOOLS_ENV_1_20) $(GO) run ./hack/testreport \
-	  $(GO) test -json $(TEST_FLAGS) -o bin/test/agents/ ./test/agents/... \; \
+	  $(STATIC) $(GO) test -json -trimpath $(TEST_FLAGS) -o bin/test/agents/ ./test/agents/... \; \
 	  $(GO) test -json -race $(TEST_FLAGS) -p=2 -o bin/test/suites/ $(SUITE_PACKAGES) \; \
 	  $(GO) test -json -race $(TEST_FLAGS) -p=2 -o bin/test/unit/ $(UNIT_PACKAGES)
 
@@ -102,7 +121,7 @@ print-test-env:
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
-	$(BUILD_ENV) $(GO) vet ./...
+	$(BUILD_ENV) $(STATIC) $(GO) vet -trimpath ./...
 
 # Deepcopy, conversion and defaulting code of pkg/apis, and example/controller-registration.yaml from the chart.
 .PHONY: generate
@@ -112,12 +131,12 @@ generate:
 
 .PHONY: demo
 demo: setup envtest-assets cilium-binaries build
-	$(TOOLS_ENV) $(GO) run ./hack/demo --extension=bin/$(BINARY) $(if $(KEEP),--keep) $(if $(CHART),--chart=$(CHART))
+	$(TOOLS_ENV) $(STATIC) $(GO) run -trimpath ./hack/demo --extension=bin/linux_$(ARCH)/$(BINARY) $(if $(KEEP),--keep) $(if $(CHART),--chart=$(CHART))
 
 # Benchmarks of the webhook and the exposure beside their floors; results under bench/results.
 .PHONY: bench
 bench: setup envtest-assets cilium-binaries cilium-1.20-binaries
-	$(TOOLS_ENV) $(TOOLS_ENV_1_20) $(GO) run ./hack/bench --out bench/results
+	$(TOOLS_ENV) $(TOOLS_ENV_1_20) $(STATIC) $(GO) run -trimpath ./hack/bench --out bench/results
 
 # Fuzz each target for FUZZTIME; crashers land in testdata/fuzz and become regression tests of `make test`.
 FUZZTIME ?= 30s

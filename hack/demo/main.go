@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -38,7 +39,7 @@ import (
 )
 
 func main() {
-	extension := flag.String("extension", "bin/gardener-extension-cilium-selfhosted", "the extension binary (make build)")
+	extension := flag.String("extension", "bin/linux_"+runtime.GOARCH+"/gardener-extension-cilium-selfhosted", "the extension binary (make build)")
 	chart := flag.String("chart", "networking-cilium", "the Cilium chart to apply: Gardener's networking-cilium, or upstream's of a Cilium version such as 1.19.7")
 	keep := flag.Bool("keep", os.Getenv("KEEP") == "1", "leave everything running and print a kubeconfig")
 	flag.Parse()

@@ -20,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
+	"k8s.io/component-base/version"
+	"k8s.io/component-base/version/verflag"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -134,15 +136,34 @@ func NewCommand(ctx context.Context) *cobra.Command {
 		Short:         "Makes Cilium safe and useful on Gardener self-hosted shoots",
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		RunE: func(_ *cobra.Command, _ []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if printVersion(cmd) {
+				return nil
+			}
 			if err := o.complete(); err != nil {
 				return err
 			}
+			v := version.Get()
+			ctrl.Log.Info("Starting "+cmd.Use, "version", v.GitVersion, "commit", v.GitCommit, "treeState", v.GitTreeState)
 			return o.run(ctx)
 		},
 	}
 	o.optionAggregator.AddFlags(cmd.Flags())
+	verflag.AddFlags(cmd.Flags())
 	return cmd
+}
+
+// printVersion answers --version as Gardener's components do (k8s.io/component-base/version/verflag), with the
+// commit, the tree state and the build date beside the version (hack/build.sh sets them); --version=raw prints all of
+// version.Get().
+func printVersion(cmd *cobra.Command) bool {
+	if cmd.Flags().Lookup("version").Value.String() != "true" {
+		verflag.PrintAndExitIfRequested()
+		return false
+	}
+	v := version.Get()
+	fmt.Fprintf(cmd.OutOrStdout(), "%s %s (commit %s, tree %s, built %s)\n", cmd.Use, v.GitVersion, v.GitCommit, v.GitTreeState, v.BuildDate)
+	return true
 }
 
 func (o *options) run(ctx context.Context) error {
