@@ -24,13 +24,12 @@ NC_CHART         = $(shell hack/networking-cilium/chart.sh)
 TOOLS_ENV        = KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CILIUM_OPERATOR="$(CILIUM_OPERATOR)" CILIUM_DBG="$(CILIUM_DBG)" CILIUM_AGENT="$(CILIUM_AGENT)" NETWORKING_CILIUM_CHART="$(NC_CHART)"
 # The tools of Cilium 1.20, for the test and bench runs that need them (ciliumbin.PathFor).
 TOOLS_ENV_1_20   = CILIUM_AGENT_1_20="$(CILIUM_AGENT_1_20)" CILIUM_DBG_1_20="$(CILIUM_DBG_1_20)" CILIUM_OPERATOR_1_20="$(CILIUM_OPERATOR_1_20)"
-# Builds run the compiler and linker with a quarter of their garbage collections: the extension from an empty build
-# cache took 355 instead of 443 CPU-seconds (185 instead of 232 s on two cores), 1.95 instead of 1.86 GB at its peak.
-# What the tests run keeps Go's default.
+# Builds run the compiler and linker with a quarter of their garbage collections: about a fifth less CPU, a third more
+# memory (docs/development/testing.md, "Cold"). What the tests run keeps Go's default.
 BUILD_ENV        = GOGC=400
 # Every build without the race detector takes the flags of the image's binary (hack/build.sh: static, -trimpath), so
 # that the packages compile once for the binary, go vet and the agents' suites.
-STATIC           = CGO_ENABLED=0
+STATIC           = env CGO_ENABLED=0
 # Test binaries without DWARF (-w; stack traces and race reports use the symbol table) link in about two thirds of
 # the CPU time.
 TEST_FLAGS      ?= -shuffle=on -timeout=30m -ldflags=-w

@@ -155,7 +155,7 @@ func TestSelfHostedValues(t *testing.T) {
 // TestLeastPrivilege fails when the rules gain a wildcard, cluster-wide access to Secrets, or write access beyond
 // what the extension needs.
 func TestLeastPrivilege(t *testing.T) {
-	objs := render(t, map[string]any{"gardener": map[string]any{"selfHostedShootCluster": true}})
+	objs := render(t, selfHostedValues(t, fixtures.Shoot(true)))
 	var rules []rbacv1.PolicyRule
 	for _, cr := range find[*rbacv1.ClusterRole](objs) {
 		// The role for the metrics' scraper, which the extension is not bound to.
@@ -504,10 +504,25 @@ func TestImagePinned(t *testing.T) {
 		t.Errorf("image %s, want the chart's appVersion v%s", image, chart.Metadata.AppVersion)
 	}
 	values := selfHostedValues(t, fixtures.Shoot(true))
-	values["image"] = map[string]any{"digest": "sha256:0123"}
+	values["image"].(map[string]any)["digest"] = "sha256:0123"
 	d = find[*appsv1.DaemonSet](render(t, values))[0]
-	if image := d.Spec.Template.Spec.Containers[0].Image; !strings.HasSuffix(image, ":v"+chart.Metadata.AppVersion+"@sha256:0123") {
+	if image := d.Spec.Template.Spec.Containers[0].Image; image != testenv.ImageRepository+":v"+chart.Metadata.AppVersion+"@sha256:0123" {
 		t.Errorf("image %s with a digest", image)
+	}
+}
+
+// TestNoImageNamedWithoutARepository: the chart in git names no image that does not exist; rendered without the
+// repository an operator pushed the image to, it stops with a message naming the value.
+func TestNoImageNamedWithoutARepository(t *testing.T) {
+	chart, err := helm.LoadFS(charts.FS, charts.ChartPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	values := selfHostedValues(t, fixtures.Shoot(true))
+	delete(values, "image")
+	_, _, err = helm.Render(chart, "cilium-selfhosted", namespace, values, scheme.New())
+	if err == nil || !strings.Contains(err.Error(), "image.repository is not set") {
+		t.Errorf("rendered without image.repository: %v, want an error naming image.repository", err)
 	}
 }
 

@@ -158,12 +158,17 @@ const RegistrationName = "cilium-selfhosted"
 // ServiceAccountName is the chart's ServiceAccount, the extension's identity.
 const ServiceAccountName = "gardener-extension-cilium-selfhosted"
 
+// ImageRepository is the name make image gives the extension's image (hack/image/build.sh), which the suites set as
+// the chart's image.repository as an operator sets where they pushed it.
+const ImageRepository = "localhost/gardener-extension-cilium-selfhosted"
+
 // ChartValues are the values gardenlet and gardenadm give the extension's chart on the self-hosted shoot
 // (pkg/gardenlet/controller/controllerinstallation/controllerinstallation/reconciler.go: gardener.version, garden,
-// gardenlet, selfHostedShootCluster and shoot with its spec), passed through JSON as Gardener's chart renderer does
-// (pkg/chartrenderer renderRelease), so that templates see the Shoot's fields by their JSON names.
+// gardenlet, selfHostedShootCluster and shoot with its spec) beside the image's repository, which the operator's
+// ControllerDeployment sets, passed through JSON as Gardener's chart renderer does (pkg/chartrenderer
+// renderRelease), so that templates see the Shoot's fields by their JSON names.
 func ChartValues(shoot *gardencorev1beta1.Shoot) (map[string]any, error) {
-	values := map[string]any{"gardener": map[string]any{
+	values := map[string]any{"image": map[string]any{"repository": ImageRepository}, "gardener": map[string]any{
 		"version":                "v1.150.0",
 		"garden":                 map[string]any{"clusterIdentity": "garden"},
 		"gardenlet":              map[string]any{"featureGates": map[string]bool{}},
