@@ -106,7 +106,9 @@ func TestBlackHoledControlPlaneNode(t *testing.T) {
 			r, err := l.cluster.Reconnects().BlackHole(ctx, "worker-0", tc.death, bound)
 			if tc.defaults {
 				if err == nil {
-					t.Fatalf("with the defaults, the agent left dead %s for %s after %s, before client-go's health check could have closed the connection", r.From, r.To, r.After)
+					// Seen once (session 22, the newest line): after 23 s. Its log says what closed the connection.
+					t.Fatalf("with the defaults, the agent left dead %s for %s after %s, before client-go's health check could have closed the connection; the agent's log:\n%s",
+						r.From, r.To, r.After, l.cluster.Node("worker-0").LogTail())
 				}
 				// It does get over it, once the defaults close the connection.
 				r, err = l.cluster.Reconnects().WaitForReconnect(ctx, r, 2*time.Minute)
