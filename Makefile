@@ -5,8 +5,8 @@
 #               what it skipped, each package's time and the failures (test/README.md)
 
 BINARY          := gardener-extension-cilium-selfhosted
-ARCH            ?= $(shell $(GO) env GOARCH)
 GO              ?= go
+ARCH            ?= $(shell $(GO) env GOARCH)
 # Built tools live outside the repository (CI clones it afresh) and are reused by every checkout.
 CACHE_DIR       ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/gardener-extension-cilium-selfhosted
 export CACHE_DIR

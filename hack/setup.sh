@@ -19,8 +19,8 @@ packages=(
   "llvm-19         /usr/lib/llvm-19/bin/llc      ditto"
   "frr             /usr/lib/frr/bgpd             the BGP router of test/agents/datapath (zebra and bgpd, each run in namespaces of its own; the package's service never runs)"
   "buildah         buildah                       make image: the extension's image from the Dockerfile, without a Docker daemon"
-  "skopeo          skopeo                        make push and test/image: images and charts between OCI layouts and registries"
-  "podman          podman                        test/image: runs the image as a node would"
+  "skopeo          skopeo                        images and charts between OCI layouts and registries (for make push, issue 42)"
+  "podman          podman                        runs the image as a node would (for the image suite, issue 42)"
   "runc            runc                          podman's runtime here (crun, its default, fails on a cgroup v1/v2 hybrid)"
 )
 

@@ -14,7 +14,6 @@ import (
 
 // descriptor is an OCI content descriptor (image-spec descriptor.md).
 type descriptor struct {
-	MediaType   string            `json:"mediaType"`
 	Digest      string            `json:"digest"`
 	Size        int64             `json:"size"`
 	Annotations map[string]string `json:"annotations,omitempty"`
