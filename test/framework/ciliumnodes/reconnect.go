@@ -6,7 +6,10 @@ import (
 	"net"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // Reconnect is how a worker's agent got over the death of the control-plane node whose kube-apiserver it was
@@ -22,13 +25,20 @@ type Reconnect struct {
 // down or every packet it receives or sends dropped, so that nothing refuses a connection and nothing answers. It
 // measures, for at most within, until the worker's agent holds a connection to another control-plane node's
 // kube-apiserver. The dead node stays dead until the next Run.
+//
+// The node dies right after kube-apiserver sent the agent a frame over the connection: client-go's HTTP/2 health check
+// counts its read-idle period from the last frame received, so a death after a quiet spell would be noticed that much
+// sooner (with client-go's defaults, 30 s read-idle and a 15 s ping, between 15 and 45 s after the death).
 func (c Reconnects) BlackHole(ctx context.Context, worker string, death Death, within time.Duration) (Reconnect, error) {
 	r := Reconnect{Worker: worker}
-	_, dead, err := c.workerConnection(ctx, worker, within)
+	w, dead, err := c.workerConnection(ctx, worker, within)
 	if err != nil {
 		return r, err
 	}
 	r.From = dead.Name
+	if err := c.sendToAgent(ctx, w, dead); err != nil {
+		return r, err
+	}
 	c.disturb(dead.Name)
 	if r.died, err = dead.die(death); err != nil {
 		return r, err
@@ -53,6 +63,34 @@ func (c Reconnects) WaitForReconnect(ctx context.Context, r Reconnect, within ti
 	}
 	return r, nil
 }
+
+// sendToAgent makes kube-apiserver send the agent on w a watch event over its connection through via's kube-apiserver
+// (an annotation of w's Node, which the agent watches) and waits until via's endpoint forwarded something to w.
+func (c *Cluster) sendToAgent(ctx context.Context, w, via *Node) error {
+	ep, ok := via.sandbox.Endpoint(via.IP + ":443")
+	if !ok {
+		return fmt.Errorf("%s serves no kube-apiserver at %s:443", via.Name, via.IP)
+	}
+	node := &corev1.Node{}
+	if err := c.env.Client.Get(ctx, client.ObjectKey{Name: w.Name}, node); err != nil {
+		return err
+	}
+	before := time.Now()
+	patch := client.MergeFrom(node.DeepCopy())
+	metav1.SetMetaDataAnnotation(&node.ObjectMeta, sentAnnotation, before.UTC().Format(time.RFC3339Nano))
+	if err := c.env.Client.Patch(ctx, node, patch); err != nil {
+		return err
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return ep.LastSentTo(w.IP).After(before), nil
+	}); err != nil {
+		return fmt.Errorf("kube-apiserver sent the agent on %s nothing through %s after its Node changed: %w", w.Name, via.Name, err)
+	}
+	return nil
+}
+
+// sentAnnotation is the Node annotation sendToAgent changes.
+const sentAnnotation = "ciliumnodes.test/sent-to-agent"
 
 // Disconnection is how a worker agent's connection to kube-apiserver ends while its control-plane node stays up.
 type Disconnection string

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -127,6 +128,8 @@ type Endpoint struct {
 	conns    []net.Conn
 	accepted int
 	from     map[string]int
+	// sent is when the endpoint last forwarded bytes to each client address.
+	sent map[string]time.Time
 	// open counts the forwarded connections that have not ended.
 	open atomic.Int32
 }
@@ -161,9 +164,8 @@ func (e *Endpoint) Start() error {
 			if e.from == nil {
 				e.from = map[string]int{}
 			}
-			if host, _, err := net.SplitHostPort(c.RemoteAddr().String()); err == nil {
-				e.from[host]++
-			}
+			host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+			e.from[host]++
 			e.conns = append(e.conns, c)
 			e.mu.Unlock()
 			if e.forward == "" {
@@ -173,7 +175,7 @@ func (e *Endpoint) Start() error {
 			e.open.Add(1)
 			go func() {
 				defer e.open.Add(-1)
-				pipe(c, e.forward)
+				pipe(c, e.forward, func() { e.stampSent(host) })
 			}()
 		}
 	}()
@@ -228,6 +230,22 @@ func (e *Endpoint) From() map[string]int {
 	return maps.Clone(e.from)
 }
 
+// LastSentTo is when the endpoint last forwarded bytes to a client at ip: kube-apiserver's last frame to it.
+func (e *Endpoint) LastSentTo(ip string) time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.sent[ip]
+}
+
+func (e *Endpoint) stampSent(host string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.sent == nil {
+		e.sent = map[string]time.Time{}
+	}
+	e.sent[host] = time.Now()
+}
+
 func (e *Endpoint) Reset() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -235,7 +253,8 @@ func (e *Endpoint) Reset() {
 	e.from = nil
 }
 
-func pipe(c net.Conn, to string) {
+// pipe forwards c to the address to and back; sent is called after each write to c.
+func pipe(c net.Conn, to string, sent func()) {
 	defer c.Close()
 	upstream, err := net.Dial("tcp", to)
 	if err != nil {
@@ -243,11 +262,25 @@ func pipe(c net.Conn, to string) {
 	}
 	defer upstream.Close()
 	done := make(chan struct{}, 2)
-	cp := func(dst, src net.Conn) {
+	cp := func(dst io.Writer, src io.Reader) {
 		_, _ = io.Copy(dst, src)
 		done <- struct{}{}
 	}
 	go cp(upstream, c)
-	go cp(c, upstream)
+	go cp(stampedWriter{c, sent}, upstream)
 	<-done
+}
+
+// stampedWriter calls stamp after each write that wrote something.
+type stampedWriter struct {
+	io.Writer
+	stamp func()
+}
+
+func (w stampedWriter) Write(p []byte) (int, error) {
+	n, err := w.Writer.Write(p)
+	if n > 0 {
+		w.stamp()
+	}
+	return n, err
 }
