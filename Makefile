@@ -37,9 +37,6 @@ TEST_FLAGS      ?= -shuffle=on -timeout=30m -ldflags=-w
 # suites under -race, two packages at a time each; test/agents/, whose product and Cilium run as processes of their
 # own, without it (there the detector would watch the harness alone, at half of its test binary's CPU time). Each
 # group keeps its test binaries in bin/test/<group>/, so that go test links only those that changed.
-# The agents group is make test's longest path; the other two fill the CPU it leaves, at a lower priority
-# (docs/development/testing.md, "How make test runs").
-FILL             = nice -n 10
 MODULE           = $(shell $(GO) list -m)
 UNIT_PACKAGES    = $$($(GO) list ./... | grep -v "^$(MODULE)/test/")
 SUITE_PACKAGES   = $$($(GO) list ./test/... | grep -v "^$(MODULE)/test/agents\(/\|$$\)")
@@ -104,8 +101,8 @@ test: setup envtest-assets cilium-binaries cilium-1.20-binaries race-build build
 	@mkdir -p bin/test/agents bin/test/suites bin/test/unit
 	$(TOOLS_ENV) $(TOOLS_ENV_1_20) $(GO) run ./hack/testreport \
 	  $(STATIC) $(GO) test -json -trimpath $(TEST_FLAGS) -o bin/test/agents/ ./test/agents/... \; \
-	  $(FILL) $(GO) test -json -race $(TEST_FLAGS) -p=2 -o bin/test/suites/ $(SUITE_PACKAGES) \; \
-	  $(FILL) $(GO) test -json -race $(TEST_FLAGS) -p=2 -o bin/test/unit/ $(UNIT_PACKAGES)
+	  $(GO) test -json -race $(TEST_FLAGS) -p=2 -o bin/test/suites/ $(SUITE_PACKAGES) \; \
+	  $(GO) test -json -race $(TEST_FLAGS) -p=2 -o bin/test/unit/ $(UNIT_PACKAGES)
 
 # What both -race groups of make test build, built once: go commands side by side would each compile it. A package
 # that does not build is reported by the groups.
