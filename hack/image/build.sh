@@ -40,10 +40,12 @@ chmod 1777 "$rootfs/tmp"
 buildah manifest rm "$name" >/dev/null 2>&1 || true
 # One platform after the other: given several, buildah builds them side by side and adds each to the index as it
 # finishes, so the index's order, and with it its digest, changed from build to build.
+revision=$(git rev-parse HEAD)
+committed=$(git log -1 --format=%ct)
 for platform in ${platforms//,/ }; do
   buildah build --quiet --manifest "$name" --platform "$platform" \
-    --build-arg BASE_IMAGE="$base" --build-arg VERSION="$version" --build-arg REVISION="$(git rev-parse HEAD)" \
-    --timestamp "$(git log -1 --format=%ct)" --identity-label=false --omit-history \
+    --build-arg BASE_IMAGE="$base" --build-arg VERSION="$version" --build-arg REVISION="$revision" \
+    --timestamp "$committed" --identity-label=false --omit-history \
     --file Dockerfile . >/dev/null
 done
 

@@ -164,8 +164,10 @@ func (e *Endpoint) Start() error {
 			if e.from == nil {
 				e.from = map[string]int{}
 			}
-			host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
-			e.from[host]++
+			host, _, err := net.SplitHostPort(c.RemoteAddr().String())
+			if err == nil {
+				e.from[host]++
+			}
 			e.conns = append(e.conns, c)
 			e.mu.Unlock()
 			if e.forward == "" {
