@@ -68,7 +68,7 @@ func (l *lane) hold(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held := time.Now()
+	held, starts := time.Now(), l.cluster.AgentStarts()
 	t.Logf("on the lane of %s after %s", l.line, held.Sub(waiting).Round(100*time.Millisecond))
 	t.Cleanup(func() {
 		after, err := l.settle()
@@ -78,7 +78,7 @@ func (l *lane) hold(t *testing.T) {
 		for _, change := range before.Changes(after) {
 			t.Errorf("the case left its lane changed: %s", change)
 		}
-		t.Logf("held the lane of %s for %s", l.line, time.Since(held).Round(100*time.Millisecond))
+		t.Logf("held the lane of %s for %s, %d agents started", l.line, time.Since(held).Round(100*time.Millisecond), l.cluster.AgentStarts()-starts)
 	})
 }
 

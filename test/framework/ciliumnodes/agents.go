@@ -303,9 +303,8 @@ func (c *Cluster) kubeSystemConfigMaps(ctx context.Context) (map[string]map[stri
 }
 
 // Run makes the agents run as want says, restarting those that do not (all of them when the chart changes or want
-// says afresh, the control-plane nodes' when the lease timings or the exposure's announcement do, and every node that
-// died), and waits
-// until every agent is ready. It returns the agent pods by node.
+// says afresh, the control-plane nodes' when the lease timings or the exposure's announcement change cilium-config,
+// and every node that died), and waits until every agent is ready. It returns the agent pods by node.
 func (c *Cluster) Run(ctx context.Context, want Agents) (map[string]*corev1.Pod, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -330,14 +329,22 @@ func (c *Cluster) Run(ctx context.Context, want Agents) (map[string]*corev1.Pod,
 	// it, and the control-plane agents restart to read it: the agents read cilium-config only when they start.
 	reconfigure := c.running == nil || c.running.Chart != want.Chart || !sameLease(c.running.Lease, want.Lease) ||
 		c.configuredFor != c.announced
-	if reconfigure {
-		if err := c.configure(ctx, want.Chart, want.Lease); err != nil {
-			return nil, err
-		}
-	}
 	configMaps, err := c.kubeSystemConfigMaps(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if reconfigure {
+		before := configMaps[cilium.ConfigMapName]
+		if err := c.configure(ctx, want.Chart, want.Lease); err != nil {
+			return nil, err
+		}
+		if configMaps, err = c.kubeSystemConfigMaps(ctx); err != nil {
+			return nil, err
+		}
+		// The chart's DaemonSet rolls its agents only when cilium-config changed (its checksum/config annotation,
+		// networking-cilium charts/internal/cilium/charts/agent/templates/daemonset.yaml): an announcement change
+		// that leaves it as it was, such as BGP timers, reaches the running agents through Cilium's resources alone.
+		reconfigure = c.running == nil || !maps.Equal(before, configMaps[cilium.ConfigMapName])
 	}
 	var restarts sync.WaitGroup
 	errs := make(chan error, len(c.nodes))
@@ -375,6 +382,18 @@ func (c *Cluster) Run(ctx context.Context, want Agents) (map[string]*corev1.Pod,
 		}
 	}
 	return inst.pods, nil
+}
+
+// AgentStarts is how many agents the harness has started on the cluster's nodes, each a few CPU-seconds of compiling
+// and loading BPF programs: what a test's restarts cost.
+func (c *Cluster) AgentStarts() int {
+	total := 0
+	for _, n := range c.Nodes() {
+		n.mu.Lock()
+		total += n.starts
+		n.mu.Unlock()
+	}
+	return total
 }
 
 func sameLease(a, b *LeaseTimings) bool { return a == b || (a != nil && b != nil && *a == *b) }

@@ -61,7 +61,9 @@ type Node struct {
 	agent *podrun.Started
 	// ended counts the agents that ended by themselves (a crash, a fatal error), found so when the harness came to
 	// stop them.
-	ended    int
+	ended int
+	// starts counts the agents the harness started on the node.
+	starts   int
 	operator *podrun.Started
 	// extension is the extension's process on a control-plane node, from the pod extensionPod, running in
 	// extensionCgroup; extensionStarting while it is being started.
@@ -430,6 +432,7 @@ func (n *Node) startAgent(ctx context.Context, env *testenv.Env, pod *corev1.Pod
 	}
 	n.mu.Lock()
 	n.agent, n.agentPod = started, pod.UID
+	n.starts++
 	n.mu.Unlock()
 	return nil
 }

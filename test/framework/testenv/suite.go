@@ -15,6 +15,8 @@ import (
 
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
 	"golang.org/x/sync/errgroup"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/reaper"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/webhook/apiserveraccess"
@@ -41,6 +43,9 @@ func RunSuiteOn(m *testing.M, planes int, shoot *gardencorev1beta1.Shoot, opts O
 	if err := Check(append([]Prerequisite{EnvtestAssets}, opts.Prerequisites...)...); err != nil {
 		return CannotRun(err)
 	}
+	// The suite's clients log through controller-runtime, kube-apiserver's warnings among them; without a logger they
+	// would print a stack trace saying so instead.
+	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.ConsoleEncoder()))
 	code, err := runSuite(m, planes, shoot, opts, setup)
 	if user, system, ok := reaper.CPU(); ok {
 		fmt.Printf("%s%.0f s (user %.0f s, system %.0f s)\n", CPUPrefix, (user + system).Seconds(), user.Seconds(), system.Seconds())
