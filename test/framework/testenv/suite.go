@@ -14,6 +14,7 @@ import (
 	"time"
 
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
+	"go.uber.org/zap/zapcore"
 	"golang.org/x/sync/errgroup"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -43,9 +44,9 @@ func RunSuiteOn(m *testing.M, planes int, shoot *gardencorev1beta1.Shoot, opts O
 	if err := Check(append([]Prerequisite{EnvtestAssets}, opts.Prerequisites...)...); err != nil {
 		return CannotRun(err)
 	}
-	// The suite's clients log through controller-runtime, kube-apiserver's warnings among them; without a logger they
-	// would print a stack trace saying so instead.
-	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.ConsoleEncoder()))
+	// The suite's clients and the resource manager it runs log through controller-runtime: their errors are shown,
+	// their progress not; without a logger controller-runtime would print a stack trace saying so instead.
+	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.ConsoleEncoder(), zap.Level(zapcore.ErrorLevel)))
 	code, err := runSuite(m, planes, shoot, opts, setup)
 	if user, system, ok := reaper.CPU(); ok {
 		fmt.Printf("%s%.0f s (user %.0f s, system %.0f s)\n", CPUPrefix, (user + system).Seconds(), user.Seconds(), system.Seconds())
