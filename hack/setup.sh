@@ -12,7 +12,7 @@ set -euo pipefail
 packages=(
   "make            make                          the README's commands"
   "iproute2        ip                            network namespaces: the nodes and pods of test/operator/connect and test/agents/datapath"
-  "util-linux      unshare                       mount and cgroup namespaces of the pods those suites run; flock, make test's one race build (hack/build-then.sh)"
+  "util-linux      unshare                       mount and cgroup namespaces of the pods those suites run"
   "iptables        iptables                      the agents' rules, and the counters of what the nodes dial"
   "iputils-arping  arping                        who answers ARP for the VIP"
   "clang-19        /usr/lib/llvm-19/bin/clang    the agents compile their BPF programs (Cilium needs LLVM >= 18.1; bookworm's default is 14)"

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumnodes"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
@@ -275,17 +276,23 @@ func bgpWithdrawals(t *testing.T, l *lane, exp *extensionsv1alpha1.SelfHostedSho
 				if err := l.run(ctx, ciliumnodes.Agents{}); err != nil {
 					t.Fatal(err)
 				}
-				if err := router.WaitForEveryNextHop(ctx); err != nil {
-					t.Fatal(err)
-				}
-				holds, err := router.HoldTimes(ctx)
-				if err != nil {
-					t.Fatal(err)
+				// The profile reaches the agents as Cilium resets their sessions: every control-plane node's is
+				// established again with its hold time before a node fails.
+				var holds map[string]time.Duration
+				if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+					var err error
+					holds, err = router.HoldTimes(ctx)
+					return err == nil && !slices.ContainsFunc(fixtures.ControlPlaneIPs, func(ip string) bool { return holds[ip] != hold }), err
+				}); err != nil {
+					t.Fatalf("the sessions run with hold times %v, want %s with every control-plane node: %v", holds, hold, err)
 				}
 				for addr, h := range holds {
 					if h != hold {
 						t.Fatalf("the session with %s runs with a hold time of %s, want %s (%v)", addr, h, hold, holds)
 					}
+				}
+				if err := router.WaitForEveryNextHop(ctx); err != nil {
+					t.Fatal(err)
 				}
 				node := fixtures.Nodes()[i%len(fixtures.ControlPlaneIPs)].Name
 				i++

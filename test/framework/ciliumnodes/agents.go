@@ -325,8 +325,12 @@ func (c *Cluster) Run(ctx context.Context, want Agents) (map[string]*corev1.Pod,
 		}
 	}
 	inst := c.installed[want.Chart]
-	// After the exposure's announcement changed, cilium-config is stored again as Gardener's resource manager applies
-	// it, and the control-plane agents restart to read it: the agents read cilium-config only when they start.
+	// After the exposure's announcement or the lease timings changed, cilium-config is stored again as Gardener's
+	// resource manager applies it, and the control-plane agents restart if it changed: they read it only when they
+	// start. On a shoot networking-cilium's DaemonSet rolls them on a change of its chart's rendered ConfigMap
+	// (`checksum/configmap-cilium`), and a change that the webhook alone makes (the exposure's lease timings) reaches
+	// them at their next start (docs/bgp.md); a change that leaves cilium-config as it was (BGP timers, graceful
+	// restart, the drain selector) reaches the running agents through Cilium's resources alone.
 	reconfigure := c.running == nil || c.running.Chart != want.Chart || !sameLease(c.running.Lease, want.Lease) ||
 		c.configuredFor != c.announced
 	configMaps, err := c.kubeSystemConfigMaps(ctx)
@@ -334,17 +338,16 @@ func (c *Cluster) Run(ctx context.Context, want Agents) (map[string]*corev1.Pod,
 		return nil, err
 	}
 	if reconfigure {
-		before := configMaps[cilium.ConfigMapName]
+		before, running := configMaps[cilium.ConfigMapName], c.running
+		// cilium-config may be stored anew even when this fails: the next Run then starts every agent afresh.
+		c.running = nil
 		if err := c.configure(ctx, want.Chart, want.Lease); err != nil {
 			return nil, err
 		}
 		if configMaps, err = c.kubeSystemConfigMaps(ctx); err != nil {
 			return nil, err
 		}
-		// The chart's DaemonSet rolls its agents only when cilium-config changed (its checksum/config annotation,
-		// networking-cilium charts/internal/cilium/charts/agent/templates/daemonset.yaml): an announcement change
-		// that leaves it as it was, such as BGP timers, reaches the running agents through Cilium's resources alone.
-		reconfigure = c.running == nil || !maps.Equal(before, configMaps[cilium.ConfigMapName])
+		c.running, reconfigure = running, !maps.Equal(before, configMaps[cilium.ConfigMapName])
 	}
 	var restarts sync.WaitGroup
 	errs := make(chan error, len(c.nodes))

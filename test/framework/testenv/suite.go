@@ -45,8 +45,9 @@ func RunSuiteOn(m *testing.M, planes int, shoot *gardencorev1beta1.Shoot, opts O
 		return CannotRun(err)
 	}
 	// The suite's clients and the resource manager it runs log through controller-runtime: their errors are shown,
-	// their progress not; without a logger controller-runtime would print a stack trace saying so instead.
-	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.ConsoleEncoder(), zap.Level(zapcore.ErrorLevel)))
+	// without stack traces, their progress not; without a logger controller-runtime would print a stack trace saying
+	// so instead.
+	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.ConsoleEncoder(), zap.Level(zapcore.ErrorLevel), zap.StacktraceLevel(zapcore.DPanicLevel)))
 	code, err := runSuite(m, planes, shoot, opts, setup)
 	if user, system, ok := reaper.CPU(); ok {
 		fmt.Printf("%s%.0f s (user %.0f s, system %.0f s)\n", CPUPrefix, (user + system).Seconds(), user.Seconds(), system.Seconds())

@@ -48,7 +48,8 @@ func TestFreshClone(t *testing.T) {
 			}
 		}
 		// The suites find it there, and say so.
-		out, said = run(t, clone, env, "go", "test", "-count=1", "-v", "-run", "^TestGardenerChart$", "./test/integration/chartadmission")
+		// With the race detector, as make test runs the suites: its build cache holds what they compile.
+		out, said = run(t, clone, env, "go", "test", "-race", "-count=1", "-v", "-run", "^TestGardenerChart$", "./test/integration/chartadmission")
 		if !strings.Contains(out+said, "networking-cilium's chart: "+want+" (cached, fetched from file://"+standIn) {
 			t.Errorf("the suite does not say it uses the fetched copy:\n%s%s", out, said)
 		}
@@ -66,7 +67,7 @@ func TestFreshClone(t *testing.T) {
 		if last := lines[len(lines)-1]; !strings.Contains(last, "run hack/networking-cilium/chart.sh where") || !strings.Contains(last, "NETWORKING_CILIUM_CHART") {
 			t.Errorf("the last line does not name what to run: %s", last)
 		}
-		cmd = exec.Command("go", "test", "-count=1", "-run", "^TestGardenerChart$", "./test/integration/chartadmission", "./test/operator/connect")
+		cmd = exec.Command("go", "test", "-race", "-count=1", "-run", "^TestGardenerChart$", "./test/integration/chartadmission", "./test/operator/connect")
 		cmd.Dir, cmd.Env = clone, env
 		out, err = cmd.CombinedOutput()
 		if err == nil {
