@@ -73,6 +73,12 @@ func bgpOnLane(t *testing.T, l *lane) {
 	if len(early) > 0 {
 		t.Errorf("after the switch from L2 (agents of %s running through it), %d new connections through the VIP failed before one had worked via every node: %v",
 			l.line, len(early), early)
+		// When each agent replaced the old Service's frontend by the new one's (docs/development/testing.md, Flakes).
+		for _, n := range l.cluster.Nodes() {
+			if n.ControlPlane {
+				t.Logf("--- the agent on %s ---\n%s", n.Name, n.LogTail())
+			}
+		}
 	}
 	t.Logf("after the switch from L2 (agents of %s running through it), HTTPS through the VIP worked via every node %s after Succeeded",
 		l.line, took.Round(100*time.Millisecond))
