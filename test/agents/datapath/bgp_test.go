@@ -248,11 +248,12 @@ func bgpAdvertised(t *testing.T, l *lane, router *ciliumnodes.Router) {
 
 // bgpWithdrawals: a control-plane node fails (link down, hung, its agent killed or stopped with SIGTERM) and the
 // router's route to the VIP loses that node's next hop, and no other, within the hold time and a margin, while new
-// connections from behind the router go on succeeding (the share is logged; make bench reports it); with the exposure's default timers (hold 9 s) and
-// the fast profile (hold 3 s, keepalive 1 s) for the node deaths, whose sessions end only with the hold timer. A
-// profile reaches the running agents as an operator's change does, without a restart: Cilium resets a session whose
-// timers changed (pkg/bgp/gobgp/peer.go needsHardReset), and the router's hold times show it. The times are logged (make bench reports them over many runs); the node comes back with the next Run, and its route with
-// it.
+// connections from behind the router go on succeeding (the share is logged; make bench reports it); with the
+// exposure's default timers (hold 9 s) and the fast profile (hold 3 s, keepalive 1 s) for the node deaths, whose
+// sessions end only with the hold timer. A profile reaches the running agents as an operator's change does, without
+// a restart: Cilium resets a session whose timers changed (pkg/bgp/gobgp/peer.go needsHardReset), and the router's
+// hold times show it. The times are logged (make bench reports them over many runs); the node comes back with the
+// next Run, and its route with it.
 func bgpWithdrawals(t *testing.T, l *lane, exp *extensionsv1alpha1.SelfHostedShootExposure, router *ciliumnodes.Router) {
 	ctx := context.Background()
 	t.Cleanup(func() {
