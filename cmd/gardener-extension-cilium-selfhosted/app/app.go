@@ -261,7 +261,7 @@ func failoverDialer(config *rest.Config, selfHosted bool, podIP string) *apiserv
 		return nil
 	}
 	self, _ := netip.ParseAddr(podIP) // a hostNetwork pod's address is its node's
-	d := apiserverfailover.New(self)
+	d := apiserverfailover.New(self, ctrl.Log.WithName(apiserverfailover.Name))
 	config.Dial = d.DialContext
 	return d
 }

@@ -48,8 +48,8 @@ const (
 	// TimingsMaxAge is how long the timings read from cilium-config are used before they are read again: a change of
 	// cilium-config reaches the handover within it.
 	TimingsMaxAge = 30 * time.Second
-	// writeTimeout bounds one write of a lease.
-	writeTimeout = 2 * time.Second
+	// requestTimeout bounds one request to kube-apiserver: a step waits for it.
+	requestTimeout = 2 * time.Second
 )
 
 // Handover runs in every replica, leader or not (a replica on the dying node may well be the leader), and hands the
@@ -75,10 +75,13 @@ type Handover struct {
 	seen map[types.NamespacedName]sighting
 	// handed are the leases this replica handed to its node, until its agent renews them or the handover is undone;
 	// undone when it last undid a handover of each, after which it takes no released lease for a lease duration.
-	handed  map[types.NamespacedName]handing
-	undone  map[types.NamespacedName]time.Time
-	timings Timings
-	readAt  time.Time
+	handed map[types.NamespacedName]handing
+	undone map[types.NamespacedName]time.Time
+	// suspected and declined are, by lease, what this replica last logged of a holder that looks failed and why it
+	// did not hand the lease over: each new one is logged once.
+	suspected, declined map[types.NamespacedName]string
+	timings             Timings
+	readAt              time.Time
 }
 
 // Probes are what the handover needs of an exposurehealth.Registry.
@@ -123,6 +126,7 @@ func (h *Handover) step(ctx context.Context) {
 	defer h.mu.Unlock()
 	if h.seen == nil {
 		h.seen, h.handed, h.undone = map[types.NamespacedName]sighting{}, map[types.NamespacedName]handing{}, map[types.NamespacedName]time.Time{}
+		h.suspected, h.declined = map[types.NamespacedName]string{}, map[types.NamespacedName]string{}
 	}
 	now := h.Clock.Now()
 	live := map[types.NamespacedName]bool{}
@@ -142,6 +146,8 @@ func (h *Handover) step(ctx context.Context) {
 			delete(h.seen, key)
 			delete(h.handed, key)
 			delete(h.undone, key)
+			delete(h.suspected, key)
+			delete(h.declined, key)
 			h.Probes.Untrack(key)
 		}
 	}
@@ -169,6 +175,8 @@ func (h *Handover) look(ctx context.Context, exp *extensionsv1alpha1.SelfHostedS
 	}
 	if holder == h.Node {
 		h.Probes.Untrack(key)
+		h.note(h.suspected, key, "", "")
+		h.note(h.declined, key, "", "")
 		return nil
 	}
 	timings, err := h.leaseTimings(ctx, now)
@@ -194,6 +202,13 @@ func (h *Handover) look(ctx context.Context, exp *extensionsv1alpha1.SelfHostedS
 			h.Probes.Track(key, []string{address})
 			facts.HolderProbed, facts.HolderAPIServer = true, h.Probes.State(address)
 		}
+		if !facts.HolderProbed || !facts.HolderAPIServer.Ready {
+			h.note(h.suspected, key, fmt.Sprintf("%s %t", holder, facts.HolderProbed), "The L2 announcement lease's holder may have failed",
+				"lease", key, "holder", holder, "probed", facts.HolderProbed, "reason", facts.HolderAPIServer.Reason)
+		} else {
+			h.note(h.suspected, key, "", "")
+			h.note(h.declined, key, "", "")
+		}
 		if failed, _ := HolderFailed(facts); !failed {
 			return nil
 		}
@@ -203,7 +218,12 @@ func (h *Handover) look(ctx context.Context, exp *extensionsv1alpha1.SelfHostedS
 	}
 	ok, why := Decide(facts)
 	if !ok {
-		h.Log.V(1).Info("Not handing the L2 announcement lease over", "lease", key, "reason", why)
+		if holder != "" {
+			// The reasons for a failed holder's lease name no durations: each is logged once.
+			h.note(h.declined, key, holder+": "+why, "Not handing the L2 announcement lease of a failed holder to this node", "lease", key, "holder", holder, "reason", why)
+		} else {
+			h.Log.V(1).Info("Not handing the L2 announcement lease over", "lease", key, "reason", why)
+		}
 		return nil
 	}
 	return h.handOver(ctx, exp, key, lease, timings, why, now)
@@ -290,8 +310,19 @@ func (h *Handover) acknowledge(ctx context.Context, key types.NamespacedName, le
 	return nil
 }
 
+// note logs msg with keysAndValues unless what was the last of notes on key; what "" forgets the last one.
+func (h *Handover) note(notes map[types.NamespacedName]string, key types.NamespacedName, what, msg string, keysAndValues ...any) {
+	if notes[key] == what {
+		return
+	}
+	notes[key] = what
+	if what != "" {
+		h.Log.Info(msg, keysAndValues...)
+	}
+}
+
 func (h *Handover) write(ctx context.Context, lease *coordinationv1.Lease) error {
-	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	return h.Client.Update(ctx, lease)
 }
@@ -326,7 +357,9 @@ func (h *Handover) candidate(ctx context.Context, exp *extensionsv1alpha1.SelfHo
 		return false, false, 0, false, fmt.Errorf("reading this node %s: %w", h.Node, err)
 	}
 	policy := &ciliumv2alpha1.CiliumL2AnnouncementPolicy{}
-	if err := h.Reader.Get(ctx, client.ObjectKey{Name: resources.ClusterScopedName(exp.Namespace, exp.Name)}, policy); err != nil {
+	readCtx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	if err := h.Reader.Get(readCtx, client.ObjectKey{Name: resources.ClusterScopedName(exp.Namespace, exp.Name)}, policy); err != nil {
 		return false, false, 0, false, fmt.Errorf("reading the exposure's L2 policy: %w", err)
 	}
 	selector, err := slimv1.LabelSelectorAsSelector(policy.Spec.NodeSelector)
@@ -375,6 +408,8 @@ func (h *Handover) leaseTimings(ctx context.Context, now time.Time) (Timings, er
 		return h.timings, nil
 	}
 	cm := &corev1.ConfigMap{}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
 	if err := h.Reader.Get(ctx, client.ObjectKey{Namespace: cilium.Namespace, Name: cilium.ConfigMapName}, cm); err != nil {
 		return Timings{}, fmt.Errorf("reading %s: %w", cilium.ConfigMapName, err)
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -112,6 +112,8 @@ type world struct {
 	probes *fakeProbes
 	events *record.FakeRecorder
 	lease  types.NamespacedName
+	// logs are the handover's log lines.
+	logs *[]string
 }
 
 // newWorld is the exposure's objects as the exposure applied them, cp-0 holding the lease, the agents ready on every
@@ -153,7 +155,9 @@ func newWorld(t *testing.T, extra ...client.Object) *world {
 		probes: &fakeProbes{states: map[string]exposurehealth.State{}, tracked: map[types.NamespacedName][]string{}},
 		events: record.NewFakeRecorder(10), lease: LeaseKey(exp),
 	}
-	w.h = &Handover{Node: "cp-1", Type: "cilium", Cache: c, Client: c, Reader: c, Probes: w.probes, Recorder: w.events, Clock: w.clock, Log: logr.Discard()}
+	w.logs = &[]string{}
+	log := funcr.New(func(prefix, args string) { *w.logs = append(*w.logs, args) }, funcr.Options{})
+	w.h = &Handover{Node: "cp-1", Type: "cilium", Cache: c, Client: c, Reader: c, Probes: w.probes, Recorder: w.events, Clock: w.clock, Log: log}
 	return w
 }
 
@@ -241,18 +245,20 @@ func TestNoHandover(t *testing.T) {
 		probe   exposurehealth.State
 		renewed bool
 		change  func(w *world)
+		// logged are the reasons logged once each, in order: an operator sees why a failed holder kept its lease.
+		logged []string
 	}{
 		// A blind holder is one whose kube-apiserver is down; one that stopped renewing with its kube-apiserver up
 		// (its agent restarting) keeps the lease, as a restarted agent retakes it.
 		"holder's kube-apiserver ready": {probe: exposurehealth.State{Ready: true}},
-		"holder still renews":           {probe: exposurehealth.State{Reason: "refused"}, renewed: true},
-		"this node not selected": {probe: exposurehealth.State{Reason: "refused"}, change: func(w *world) {
+		"holder still renews":           {probe: exposurehealth.State{Reason: "refused"}, renewed: true, logged: []string{`"reason"="refused"`}},
+		"this node not selected": {probe: exposurehealth.State{Reason: "refused"}, logged: []string{`"reason"="refused"`, "does not select cp-1"}, change: func(w *world) {
 			n := &corev1.Node{}
 			_ = w.c.Get(context.Background(), client.ObjectKey{Name: "cp-1"}, n)
 			delete(n.Labels, "node-role.kubernetes.io/control-plane")
 			_ = w.c.Update(context.Background(), n)
 		}},
-		"this node's agent not ready": {probe: exposurehealth.State{Reason: "refused"}, change: func(w *world) {
+		"this node's agent not ready": {probe: exposurehealth.State{Reason: "refused"}, logged: []string{`"reason"="refused"`, "agent on cp-1 is not ready"}, change: func(w *world) {
 			p := &corev1.Pod{}
 			_ = w.c.Get(context.Background(), client.ObjectKey{Namespace: cilium.Namespace, Name: "cilium-cp-1"}, p)
 			p.Status.Conditions[0].Status = corev1.ConditionFalse
@@ -277,6 +283,14 @@ func TestNoHandover(t *testing.T) {
 			}
 			if e := w.event(t); e != "" {
 				t.Errorf("event %q", e)
+			}
+			if len(*w.logs) != len(tc.logged) {
+				t.Fatalf("logged %d lines (the first: %q), want one for each of %q", len(*w.logs), (*w.logs)[:min(3, len(*w.logs))], tc.logged)
+			}
+			for i, want := range tc.logged {
+				if !strings.Contains((*w.logs)[i], want) {
+					t.Errorf("logged %q, want %q", (*w.logs)[i], want)
+				}
 			}
 		})
 	}

@@ -187,14 +187,19 @@ func setup(_ context.Context, envs []*testenv.Env) (func(), error) {
 	}, nil
 }
 
-// showExtensionLogsOnFailure shows the end of every extension pod's log of l when t fails.
+// showExtensionLogsOnFailure shows the end of every extension pod's log of l, and of the one before it on each node,
+// when t fails.
 func showExtensionLogsOnFailure(t *testing.T, l *lane) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, n := range l.cluster.Nodes() {
-				if n.ControlPlane {
-					t.Logf("--- the extension pod on %s ---\n%s", n.Name, n.ExtensionLogTail(200))
+				if !n.ControlPlane {
+					continue
 				}
+				if previous := n.PreviousExtensionLogTail(100); previous != "" {
+					t.Logf("--- the extension pod on %s before the running one ---\n%s", n.Name, previous)
+				}
+				t.Logf("--- the extension pod on %s ---\n%s", n.Name, n.ExtensionLogTail(200))
 			}
 		}
 	})

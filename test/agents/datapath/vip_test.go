@@ -149,7 +149,8 @@ const outageSettledInARow = 15
 // TestVIPWithOneAPIServerDown: one control-plane node's kube-apiserver stops while the node stays up. The extension,
 // probing from the control-plane nodes as its chart's pods, publishes that endpoint as not ready; once the agents have
 // applied that, no new connection through the VIP fails (Cilium's load balancer skips a backend in maintenance), and none fails after the
-// kube-apiserver is back either. When the stopped kube-apiserver is the announcer's own, its agent is blind (it reaches
+// kube-apiserver is back either; the extension pod on that node, which reached the other nodes' kube-apiservers
+// meanwhile, uses its own again. When the stopped kube-apiserver is the announcer's own, its agent is blind (it reaches
 // kube-apiserver only through it): the lease is handed to another node as well; with each Cilium line. The failing
 // window is logged.
 func TestVIPWithOneAPIServerDown(t *testing.T) {
@@ -157,8 +158,8 @@ func TestVIPWithOneAPIServerDown(t *testing.T) {
 }
 
 // checkOutage asserts what holds for every outage of one kube-apiserver: some requests succeeded, the endpoint was
-// taken out, the last outageSettledInARow requests of those counted (which) succeeded, and none failed once it was
-// back.
+// taken out, the last outageSettledInARow requests of those counted (which) succeeded, none failed once it was back,
+// and the extension pod on the node, which reached the other nodes' kube-apiservers meanwhile, returned to its own.
 func checkOutage(t *testing.T, o ciliumnodes.APIServerOutage, which string) {
 	t.Helper()
 	if o.Failed == o.Attempts {
@@ -174,6 +175,10 @@ func checkOutage(t *testing.T, o ciliumnodes.APIServerOutage, which string) {
 	}
 	if o.Back == 0 || o.BackFailed > 0 {
 		t.Errorf("after %s's kube-apiserver came back: published ready after %s, %d of %d requests failed: %v", o.Node, o.Back, o.BackFailed, o.BackAttempts, o.BackFailures)
+	}
+	// Left on another node's kube-apiserver, the replica would be blind when that node dies (TestVIPFailover).
+	if o.ExtensionPod && o.ExtensionHome == 0 {
+		t.Errorf("the extension pod on %s did not return to its node's kube-apiserver after it came back", o.Node)
 	}
 }
 
@@ -202,9 +207,9 @@ func vipWithOneAPIServerDown(t *testing.T, l *lane, exp *extensionsv1alpha1.Self
 			// (docs/operations.md, "A kube-apiserver behind the VIP is not ready"). The requests go on until the VIP serves again.
 			checkOutage(t, o, "new connections through the VIP")
 			t.Logf("%s's kube-apiserver down, its node up: %d of %d new connections through the VIP failed, the last %s after the stop; "+
-				"published not ready after %s; lease held by %s, then %s (moved after %s); back: published ready after %s, %d of %d failed",
+				"published not ready after %s; lease held by %s, then %s (moved after %s); back: published ready after %s, %d of %d failed; the extension pod back on its node's after %s",
 				o.Node, o.Failed, o.Attempts, o.LastFailure.Round(100*time.Millisecond), o.TakenOut.Round(100*time.Millisecond), o.Holder, o.NewHolder,
-				o.Moved.Round(100*time.Millisecond), o.Back.Round(100*time.Millisecond), o.BackFailed, o.BackAttempts)
+				o.Moved.Round(100*time.Millisecond), o.Back.Round(100*time.Millisecond), o.BackFailed, o.BackAttempts, o.ExtensionHome.Round(100*time.Millisecond))
 		})
 	}
 }

@@ -2,6 +2,7 @@ package ciliumnodes
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -230,6 +232,10 @@ func (n *Node) startExtension(ctx context.Context, env *testenv.Env, cgroup stri
 	}
 	dir := filepath.Join(env.Dir, "nodes", n.Name, "extension")
 	c.Dir, c.LogPath, c.Cgroup, c.Args = dir, filepath.Join(dir, "extension.log"), cgroup, args
+	// The last pod's log stays, as kubelet keeps the previous container's (kubectl logs --previous).
+	if err := os.Rename(c.LogPath, c.LogPath+previousLog); err != nil && !os.IsNotExist(err) {
+		return err
+	}
 	started, err := n.sandbox.Start(c)
 	if err != nil {
 		return err
@@ -449,4 +455,43 @@ func (n *Node) ExtensionLogTail(lines int) string {
 		return ""
 	}
 	return n.extension.LogTail(lines)
+}
+
+// previousLog is the suffix of the log of the node's extension pod before the running one.
+const previousLog = ".previous"
+
+// PreviousExtensionLogTail is the end of the log of the extension pod that ran on the node before the running one,
+// "" when there was none.
+func (n *Node) PreviousExtensionLogTail(lines int) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.extension == nil {
+		return ""
+	}
+	b, err := os.ReadFile(n.extension.LogPath() + previousLog)
+	if err != nil {
+		return ""
+	}
+	all := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(all[max(0, len(all)-lines):], "\n")
+}
+
+// extensionLogTimes are the times of the lines of the node's extension pod's log that contain substr, read from their
+// "ts" (zap's JSON encoder, as the chart runs it).
+func (n *Node) extensionLogTimes(substr string) []time.Time {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.extension == nil {
+		return nil
+	}
+	var times []time.Time
+	for _, line := range strings.Split(n.extension.Log(), "\n") {
+		var entry struct {
+			TS time.Time `json:"ts"`
+		}
+		if strings.Contains(line, substr) && json.Unmarshal([]byte(line), &entry) == nil {
+			times = append(times, entry.TS)
+		}
+	}
+	return times
 }

@@ -10,6 +10,7 @@ import (
 
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverfailover"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
 )
 
@@ -50,7 +51,17 @@ type APIServerOutage struct {
 	Back                                        time.Duration
 	BackAttempts, BackFailed, BackFailedViaDown int
 	BackFailures                                []string
+	// ExtensionPod says the extension runs as pods (Options.ExtensionPods). Its pod on the node reached the other
+	// control-plane nodes' kube-apiservers meanwhile (pkg/apiserverfailover); ExtensionHome is when, after the start,
+	// it said it closed those connections to use its own node's again (0: not within extensionHomeWithin after the
+	// requests that follow the start).
+	ExtensionPod  bool
+	ExtensionHome time.Duration
 }
+
+// extensionHomeWithin bounds the wait for the extension pod to return to its own node's kube-apiserver once the
+// requests after the start are done: it tries every apiserverfailover.ReturnInterval.
+const extensionHomeWithin = 30 * time.Second
 
 // failure describes a request through the VIP that failed at after: where its packets went (the client's neighbour
 // entry and the lease holder under L2, the router's next hop under BGP), what each agent load-balances the VIP to, and
@@ -144,10 +155,24 @@ func (c *Cluster) StopOneAPIServer(ctx context.Context, exp *extensionsv1alpha1.
 		}
 	}
 	switchedOn = true
+	returns := len(m.down.extensionLogTimes(apiserverfailover.LogReturned))
+	start := time.Now()
 	if err := m.down.SwitchAPIServer(true); err != nil {
 		return m.out, err
 	}
-	return m.out, m.afterReturn(ctx)
+	if err := m.afterReturn(ctx); err != nil {
+		return m.out, err
+	}
+	if m.out.ExtensionPod = c.webhookRoute != nil; m.out.ExtensionPod {
+		_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, extensionHomeWithin, true, func(context.Context) (bool, error) {
+			if times := m.down.extensionLogTimes(apiserverfailover.LogReturned); len(times) > returns {
+				// The log says milliseconds: a return within the first one reads as at least a nanosecond.
+				m.out.ExtensionHome = max(times[returns].Sub(start), time.Nanosecond)
+			}
+			return m.out.ExtensionHome > 0, nil
+		})
+	}
+	return m.out, nil
 }
 
 // servingBeforeOutage waits until the VIP serves as o expects it before the outage: from the lease holder, which it
