@@ -63,7 +63,6 @@ func benchWebhook(ws *webhookServer, app, path string) admissionregistrationv1.M
 // throughAPIServer creates pods through kube-apiserver in every way, interleaved, and reports the median latency of
 // each.
 func throughAPIServer(ctx context.Context, r *report, env *testenv.Env, f *fixture, pods int) error {
-	const section = "3. Pod creation through kube-apiserver (envtest), median of interleaved creations"
 	admitted := &appsv1.DaemonSet{}
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(f.rendered.Agent), admitted); err != nil {
 		return err
@@ -87,14 +86,36 @@ func throughAPIServer(ctx context.Context, r *report, env *testenv.Env, f *fixtu
 		return err
 	}
 	defer func() { _ = env.Client.Delete(context.Background(), floors) }()
+	l, err := createInterleaved(ctx, env, f, admitted, pods)
+	if err != nil {
+		return err
+	}
+	// A patch that kube-apiserver cannot apply is ignored (failurePolicy Ignore): make sure the floor really patched.
+	patched := &corev1.Pod{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: fmt.Sprintf("%s-%d", wayPatch.app, pods)}, patched); err != nil {
+		return err
+	}
+	if patched.Annotations["bench/patched"] != "true" {
+		return fmt.Errorf("the annotating webhook did not patch pod %s", patched.Name)
+	}
+	l.report(r, pods)
+	return nil
+}
 
-	ways := []way{wayOurs, wayNoop, wayOursCorrected, wayPatch, wayReplay, wayNone}
-	latencies := map[way][]time.Duration{}
-	// byNode keeps the latencies of the extension's webhook per node kind: on a control-plane node the pod gets its
-	// localhost patch, on a worker its hostAliases and the server name in place of the template's kubeconfig.
-	byNode := map[string][]time.Duration{}
+// createLatencies are the latencies of pod creations through kube-apiserver by way, and of the extension's webhook
+// and the replaying floor by way and node kind (way.app + "/" + node): on a control-plane node the pod gets its
+// localhost patch, on a worker its hostAliases and the server name in place of the template's kubeconfig.
+type createLatencies struct {
+	byWay  map[way][]time.Duration
+	byNode map[string][]time.Duration
+}
+
+// createInterleaved creates pods+10 pods in every way, one way after the other, on cp-0 and worker-0 in turn; the
+// first ten of each way warm up connections and caches and are not counted.
+func createInterleaved(ctx context.Context, env *testenv.Env, f *fixture, admitted *appsv1.DaemonSet, pods int) (createLatencies, error) {
+	l := createLatencies{byWay: map[way][]time.Duration{}, byNode: map[string][]time.Duration{}}
 	for i := range pods + 10 {
-		for _, w := range ways {
+		for _, w := range []way{wayOurs, wayNoop, wayOursCorrected, wayPatch, wayReplay, wayNone} {
 			template := admitted
 			if w.fromChart {
 				template = f.rendered.Agent
@@ -109,35 +130,33 @@ func throughAPIServer(ctx context.Context, r *report, env *testenv.Env, f *fixtu
 			pod.Labels["k8s-app"] = w.app
 			start := time.Now()
 			if err := env.Client.Create(ctx, pod); err != nil {
-				return fmt.Errorf("creating pod %s: %w", pod.Name, err)
+				return l, fmt.Errorf("creating pod %s: %w", pod.Name, err)
 			}
-			if i >= 10 { // the first ten of each way warm up connections and caches
-				latencies[w] = append(latencies[w], time.Since(start))
+			if i >= 10 {
+				l.byWay[w] = append(l.byWay[w], time.Since(start))
 				if w == wayOurs || w == wayReplay {
-					byNode[w.app+"/"+node] = append(byNode[w.app+"/"+node], time.Since(start))
+					l.byNode[w.app+"/"+node] = append(l.byNode[w.app+"/"+node], time.Since(start))
 				}
 			}
 		}
 	}
-	// A patch that kube-apiserver cannot apply is ignored (failurePolicy Ignore): make sure the floor really patched.
-	patched := &corev1.Pod{}
-	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: fmt.Sprintf("%s-%d", wayPatch.app, pods)}, patched); err != nil {
-		return err
+	return l, nil
+}
+
+// report adds section 3's medians, in milliseconds, beside their baselines and goals.
+func (l createLatencies) report(r *report, pods int) {
+	const section = "3. Pod creation through kube-apiserver (envtest), median of interleaved creations"
+	median := func(d []time.Duration) float64 {
+		d = slices.Clone(d)
+		slices.Sort(d)
+		return float64(d[len(d)/2].Microseconds()) / 1000
 	}
-	if patched.Annotations["bench/patched"] != "true" {
-		return fmt.Errorf("the annotating webhook did not patch pod %s", patched.Name)
-	}
-	median := func(l []time.Duration) float64 {
-		l = slices.Clone(l)
-		slices.Sort(l)
-		return float64(l[len(l)/2].Microseconds()) / 1000
-	}
-	ours, corrected, noop, patch, none := median(latencies[wayOurs]), median(latencies[wayOursCorrected]), median(latencies[wayNoop]),
-		median(latencies[wayPatch]), median(latencies[wayNone])
+	ours, corrected, noop, patch, none := median(l.byWay[wayOurs]), median(l.byWay[wayOursCorrected]), median(l.byWay[wayNoop]),
+		median(l.byWay[wayPatch]), median(l.byWay[wayNone])
 	name := fmt.Sprintf("median create latency of %d pods ", pods)
 	// The goal is judged per node kind below: the median of both kinds together falls between the two.
 	r.add(Result{Section: section, Name: name + wayOurs.name + ", both node kinds", Value: ours, Unit: "ms", Baseline: noop, BaselineName: "no-op webhook"})
-	oursCP, oursWorker, replayCP := median(byNode[wayOurs.app+"/cp-0"]), median(byNode[wayOurs.app+"/worker-0"]), median(byNode[wayReplay.app+"/cp-0"])
+	oursCP, oursWorker, replayCP := median(l.byNode[wayOurs.app+"/cp-0"]), median(l.byNode[wayOurs.app+"/worker-0"]), median(l.byNode[wayReplay.app+"/cp-0"])
 	r.add(Result{Section: section, Name: name + wayOurs.name + ", worker nodes (hostAliases patch)", Value: oursWorker, Unit: "ms", Baseline: patch, BaselineName: "webhook adding one annotation",
 		Goal: "<= 1.1x the annotating webhook", Met: met(oursWorker <= 1.1*patch)})
 	r.add(Result{Section: section, Name: name + wayOurs.name + ", control-plane nodes (localhost patch)", Value: oursCP, Unit: "ms", Baseline: patch, BaselineName: "webhook adding one annotation",
@@ -151,7 +170,6 @@ func throughAPIServer(ctx context.Context, r *report, env *testenv.Env, f *fixtu
 	r.add(Result{Section: section, Name: name + wayPatch.name, Value: patch, Unit: "ms", Baseline: noop, BaselineName: "no-op webhook"})
 	r.add(Result{Section: section, Name: name + wayNoop.name, Value: noop, Unit: "ms", Baseline: none, BaselineName: "no webhook"})
 	r.add(Result{Section: section, Name: name + wayOurs.name, Value: ours, Unit: "ms", Baseline: none, BaselineName: "no webhook"})
-	return nil
 }
 
 // deleteBenchPods deletes the pods of section 3 at once: no kubelet would ever confirm a graceful deletion.

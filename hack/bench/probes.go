@@ -42,65 +42,20 @@ func endpointProbes(r *report, flips int) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	env, stopShoot, err := startShoot(ctx, "shoot--local--bench-probes")
+	b, cleanup, err := startProbeBench(ctx)
+	defer cleanup()
 	if err != nil {
 		return err
-	}
-	defer stopShoot()
-	fakes, stopFakes := context.WithCancel(ctx)
-	defer stopFakes()
-	go ciliumfake.LBIPAM(fakes, env.Client)
-	go ciliumfake.Announcer(fakes, env.Client, "cp-0")
-	if err := ciliumchart.CreateGardenerConfig(ctx, env.Client); err != nil {
-		return err
-	}
-
-	// cp-0, cp-1 and cp-2, then 97 more endpoints for the cost of 100.
-	var ips []string
-	for i := range 100 {
-		ips = append(ips, "10.0.20."+strconv.Itoa(i+1))
-	}
-	apiServer, err := url.Parse(env.Config.Host)
-	if err != nil {
-		return err
-	}
-	sandbox, err := podrun.NewSandbox(podrun.Network{
-		Name: "cilium-bench-probes-" + strconv.Itoa(os.Getpid()), APIServer: apiServer.Host,
-		ControlPlaneIPs: ips, ClusterIP: podrun.ClusterIP, VIP: fixtures.ExposureVIP, ExternalName: ciliumchart.ExternalHost,
-	})
-	if err != nil {
-		return err
-	}
-	defer sandbox.Close()
-	for i, ip := range ips[:3] {
-		if err := env.SetInternalIP(ctx, "cp-"+strconv.Itoa(i), ip); err != nil {
-			return err
-		}
-	}
-	pod, giveBack, err := sandbox.TakeOver(ctx, env, "cp-0", ips[0], env.Dir, filepath.Join(env.Dir, "extension-pod.log"))
-	if err != nil {
-		return err
-	}
-	defer func() { _ = giveBack() }()
-	cost := func(what string) error {
-		cpu, anon, err := processCost(ctx, pod.Pid(), 10*time.Second)
-		if err != nil {
-			return err
-		}
-		r.add(Result{Section: probesSection, Name: "extension CPU, " + what, Value: cpu, Unit: "% core"})
-		r.add(Result{Section: probesSection, Name: "extension anonymous resident memory, " + what, Value: anon, Unit: "MiB"})
-		return nil
 	}
 	// The start's own work settles first.
-	if _, _, err := processCost(ctx, pod.Pid(), 10*time.Second); err != nil {
+	if _, _, err := processCost(ctx, b.pod.Pid(), 10*time.Second); err != nil {
 		return err
 	}
-	if err := cost("no exposure (baseline)"); err != nil {
+	if err := b.cost(ctx, r, "no exposure (baseline)"); err != nil {
 		return err
 	}
-
 	nodes := &corev1.NodeList{}
-	if err := env.Client.List(ctx, nodes); err != nil {
+	if err := b.env.Client.List(ctx, nodes); err != nil {
 		return err
 	}
 	var items []*corev1.Node
@@ -108,30 +63,124 @@ func endpointProbes(r *report, flips int) error {
 		items = append(items, &nodes.Items[i])
 	}
 	exp := fixtures.Exposure("bare-metal", items)
-	if err := env.Client.Create(ctx, exp); err != nil {
+	if err := b.env.Client.Create(ctx, exp); err != nil {
 		return err
 	}
-	if err := waitPublished(ctx, env, exp, ips[:3], nil); err != nil {
+	if err := waitPublished(ctx, b.env, exp, b.ips[:3], nil); err != nil {
 		return err
 	}
-	if err := cost("3 probed endpoints"); err != nil {
+	if err := b.cost(ctx, r, "3 probed endpoints"); err != nil {
 		return err
 	}
+	if err := b.flips(ctx, r, exp, flips); err != nil {
+		return err
+	}
+	if err := b.env.Exposures().RequestReconcile(ctx, exp, func(exp *extensionsv1alpha1.SelfHostedShootExposure) {
+		for i, ip := range b.ips[3:] {
+			exp.Spec.Endpoints = append(exp.Spec.Endpoints, extensionsv1alpha1.ControlPlaneEndpoint{
+				NodeName: "extra-" + strconv.Itoa(i), Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}},
+			})
+		}
+	}); err != nil {
+		return err
+	}
+	if err := waitPublished(ctx, b.env, exp, b.ips, nil); err != nil {
+		return err
+	}
+	if err := b.cost(ctx, r, "100 probed endpoints"); err != nil {
+		return err
+	}
+	return b.env.Client.Delete(ctx, exp)
+}
 
-	cp1 := ips[1] + ":443"
+// probeBench is section 7's control plane, the network namespace of cp-0 whose 100 control-plane addresses are
+// proxies to kube-apiserver, and the extension running there as its chart's pod.
+type probeBench struct {
+	env     *testenv.Env
+	sandbox *podrun.Sandbox
+	pod     *podrun.Started
+	ips     []string
+}
+
+// startProbeBench starts section 7's shoot with Cilium's test doubles, the sandbox and the extension's pod on cp-0;
+// cleanup undoes what was started, also after an error.
+func startProbeBench(ctx context.Context) (b *probeBench, cleanup func(), err error) {
+	var undo []func()
+	cleanup = func() {
+		for _, u := range slices.Backward(undo) {
+			u()
+		}
+	}
+	env, stopShoot, err := startShoot(ctx, "shoot--local--bench-probes")
+	if err != nil {
+		return nil, cleanup, err
+	}
+	undo = append(undo, stopShoot)
+	fakes, stopFakes := context.WithCancel(ctx)
+	undo = append(undo, stopFakes)
+	go ciliumfake.LBIPAM(fakes, env.Client)
+	go ciliumfake.Announcer(fakes, env.Client, "cp-0")
+	if err := ciliumchart.CreateGardenerConfig(ctx, env.Client); err != nil {
+		return nil, cleanup, err
+	}
+	// cp-0, cp-1 and cp-2, then 97 more endpoints for the cost of 100.
+	b = &probeBench{env: env}
+	for i := range 100 {
+		b.ips = append(b.ips, "10.0.20."+strconv.Itoa(i+1))
+	}
+	apiServer, err := url.Parse(env.Config.Host)
+	if err != nil {
+		return nil, cleanup, err
+	}
+	if b.sandbox, err = podrun.NewSandbox(podrun.Network{
+		Name: "cilium-bench-probes-" + strconv.Itoa(os.Getpid()), APIServer: apiServer.Host,
+		ControlPlaneIPs: b.ips, ClusterIP: podrun.ClusterIP, VIP: fixtures.ExposureVIP, ExternalName: ciliumchart.ExternalHost,
+	}); err != nil {
+		return nil, cleanup, err
+	}
+	undo = append(undo, func() { b.sandbox.Close() })
+	for i, ip := range b.ips[:3] {
+		if err := env.SetInternalIP(ctx, "cp-"+strconv.Itoa(i), ip); err != nil {
+			return nil, cleanup, err
+		}
+	}
+	pod, giveBack, err := b.sandbox.TakeOver(ctx, env, "cp-0", b.ips[0], env.Dir, filepath.Join(env.Dir, "extension-pod.log"))
+	if err != nil {
+		return nil, cleanup, err
+	}
+	undo = append(undo, func() { _ = giveBack() })
+	b.pod = pod
+	return b, cleanup, nil
+}
+
+// cost adds the extension's CPU and anonymous memory over 10 s, in the state what says.
+func (b *probeBench) cost(ctx context.Context, r *report, what string) error {
+	cpu, anon, err := processCost(ctx, b.pod.Pid(), 10*time.Second)
+	if err != nil {
+		return err
+	}
+	r.add(Result{Section: probesSection, Name: "extension CPU, " + what, Value: cpu, Unit: "% core"})
+	r.add(Result{Section: probesSection, Name: "extension anonymous resident memory, " + what, Value: anon, Unit: "MiB"})
+	return nil
+}
+
+// flips switches cp-1's kube-apiserver off and on again flips times, and adds how long the exposure took to publish
+// it as not ready and as ready again.
+func (b *probeBench) flips(ctx context.Context, r *report, exp *extensionsv1alpha1.SelfHostedShootExposure, flips int) error {
+	cp1 := b.ips[1] + ":443"
 	var out, back []time.Duration
 	for i := range flips {
 		start := time.Now()
-		sandbox.SwitchOff(cp1)
-		if err := waitPublished(ctx, env, exp, ips[:3], []string{ips[1]}); err != nil {
+		b.sandbox.SwitchOff(cp1)
+		if err := waitPublished(ctx, b.env, exp, b.ips[:3], []string{b.ips[1]}); err != nil {
 			return err
 		}
 		out = append(out, time.Since(start))
 		start = time.Now()
-		if err := sandbox.SwitchOn(cp1); err != nil {
+		if err := b.sandbox.SwitchOn(cp1); err != nil {
 			return err
 		}
-		if err := waitPublished(ctx, env, exp, ips[:3], nil); err != nil {
+		if err := waitPublished(ctx, b.env, exp, b.ips[:3], nil); err != nil {
 			return err
 		}
 		back = append(back, time.Since(start))
@@ -149,23 +198,7 @@ func endpointProbes(r *report, flips int) error {
 	r.add(Result{Section: probesSection, Name: "cp-1's kube-apiserver back: published ready after, median, " + describe, Value: back[len(back)/2].Seconds(), Unit: "s",
 		Baseline: (time.Duration(settings.SuccessThreshold) * settings.Interval).Seconds(), BaselineName: "success threshold x interval"})
 	r.add(Result{Section: probesSection, Name: "cp-1's kube-apiserver back: published ready after, max, " + describe, Value: back[len(back)-1].Seconds(), Unit: "s"})
-
-	if err := env.Exposures().RequestReconcile(ctx, exp, func(exp *extensionsv1alpha1.SelfHostedShootExposure) {
-		for i, ip := range ips[3:] {
-			exp.Spec.Endpoints = append(exp.Spec.Endpoints, extensionsv1alpha1.ControlPlaneEndpoint{
-				NodeName: "extra-" + strconv.Itoa(i), Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}},
-			})
-		}
-	}); err != nil {
-		return err
-	}
-	if err := waitPublished(ctx, env, exp, ips, nil); err != nil {
-		return err
-	}
-	if err := cost("100 probed endpoints"); err != nil {
-		return err
-	}
-	return env.Client.Delete(ctx, exp)
+	return nil
 }
 
 // waitPublished waits until the exposure publishes exactly addresses, those of notReady as not ready.

@@ -69,7 +69,29 @@ func (d *demo) datapath(ctx context.Context, chart string) ([]string, error) {
 		return nil, err
 	}
 	fmt.Printf("\nall agents ready after %s\n\n", time.Since(start).Round(time.Second))
+	problems, err := agentsTable(ctx, cluster)
+	if err != nil {
+		return nil, err
+	}
+	exp, p, err := vipL2(ctx, cluster)
+	if err != nil {
+		return nil, err
+	}
+	problems = append(problems, p...)
+	if err := failover(ctx, cluster, exp); err != nil {
+		return nil, err
+	}
+	if why := frr.Available(); why != "" {
+		fmt.Printf("\n(BGP skipped: %s)\n", why)
+		return problems, nil
+	}
+	p, err = bgp(ctx, cluster, exp, agents)
+	return append(problems, p...), err
+}
 
+// agentsTable shows each agent's state, the kube-apiserver it is connected to and the packets it sent to the ClusterIP
+// and the VIP, and says what is wrong among them.
+func agentsTable(ctx context.Context, cluster *ciliumnodes.Cluster) ([]string, error) {
 	var problems []string
 	table := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(table, "NODE\tAGENT\tKUBERNETES\tKUBE-PROXY REPLACEMENT\tCONNECTED TO\tPACKETS TO CLUSTERIP / VIP")
@@ -110,23 +132,29 @@ func (d *demo) datapath(ctx context.Context, chart string) ([]string, error) {
 		fmt.Fprintf(table, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, agent, k8s, kpr, strings.Join(peers, ","), strings.Join(counts, " / "))
 	}
 	_ = table.Flush()
+	return problems, nil
+}
 
+// vipL2 exposes kube-apiserver on the VIP with L2 announcements, shows who announces it and an HTTPS answer through
+// it, and says what is wrong.
+func vipL2(ctx context.Context, cluster *ciliumnodes.Cluster) (*extensionsv1alpha1.SelfHostedShootExposure, []string, error) {
+	var problems []string
 	step("Exposing kube-apiserver on the VIP with the chart's operator (on %s) and the agents' L2 announcements", ciliumnodes.OperatorNode)
 	exp, err := cluster.L2().Expose(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	holder, err := cluster.L2().WaitForLeaseHolder(ctx, exp, "")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	macs, err := cluster.L2().WaitForARP(ctx, func(macs []string) bool { return len(macs) > 0 })
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	holderMAC, err := cluster.Node(holder).MAC()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	fmt.Printf("\nlease holder %s (eth0 %s); ARP for %s from the client %s answered by %v\n", holder, holderMAC, fixtures.ExposureVIP, ciliumnodes.ClientIP, macs)
 	if !slices.Equal(macs, []string{holderMAC}) {
@@ -134,14 +162,22 @@ func (d *demo) datapath(ctx context.Context, chart string) ([]string, error) {
 	}
 	body, err := cluster.L2().ReadyzThroughVIP(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("HTTPS through the VIP: %w", err)
+		return nil, nil, fmt.Errorf("HTTPS through the VIP: %w", err)
 	}
 	fmt.Printf("GET https://%s:443/readyz from the client, certificate verified under %s: %s\n\n", fixtures.ExposureVIP, ciliumchart.ExternalHost, body)
+	return exp, problems, nil
+}
 
+// failover kills the announcing node and shows how long the VIP took to answer again, and who took the lease.
+func failover(ctx context.Context, cluster *ciliumnodes.Cluster, exp *extensionsv1alpha1.SelfHostedShootExposure) error {
+	holder, err := cluster.L2().LeaseHolder(ctx, exp)
+	if err != nil {
+		return err
+	}
 	step("Killing %s, the announcing node (its link goes down, its agent ends without handing over the lease)", holder)
 	f, err := cluster.L2().FailOver(ctx, exp, ciliumnodes.LinkDown)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	fmt.Printf("\n%s took the lease; a live node answers ARP for the VIP after %s, HTTPS through the VIP works again after %s "+
 		"(lease duration %s; kube-vip documents about 3s, Cilium's default lease is 15s)\n",
@@ -153,12 +189,7 @@ func (d *demo) datapath(ctx context.Context, chart string) ([]string, error) {
 	fmt.Println()
 	fmt.Println("(HTTPS may work again before ARP moves: the bridge floods frames for the dead node's MAC to every port, and the " +
 		"other nodes' Cilium load-balances them; see docs/datapath.md)")
-	if why := frr.Available(); why != "" {
-		fmt.Printf("\n(BGP skipped: %s)\n", why)
-		return problems, nil
-	}
-	p, err := bgp(ctx, cluster, exp, agents)
-	return append(problems, p...), err
+	return nil
 }
 
 // bgp switches the exposure to announcement BGP with the top-of-rack router of docs/bgp.md, shows its sessions with

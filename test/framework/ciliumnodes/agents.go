@@ -315,16 +315,13 @@ func (c *Cluster) Run(ctx context.Context, want Agents) (map[string]*corev1.Pod,
 		}
 	}
 	// The stored chart first: its RBAC serves them all.
-	for _, chart := range []Chart{c.stored, want.Chart} {
-		if c.installed[chart] == nil {
-			inst, err := c.install(ctx, chart)
-			if err != nil {
-				return nil, err
-			}
-			c.installed[chart] = inst
-		}
+	if _, err := c.installOnce(ctx, c.stored); err != nil {
+		return nil, err
 	}
-	inst := c.installed[want.Chart]
+	inst, err := c.installOnce(ctx, want.Chart)
+	if err != nil {
+		return nil, err
+	}
 	// After the exposure's announcement or the lease timings changed, cilium-config is stored again as Gardener's
 	// resource manager applies it, and the control-plane agents restart if it changed: they read it only when they
 	// start. On a shoot networking-cilium's DaemonSet rolls them on a change of its chart's rendered ConfigMap
@@ -385,6 +382,18 @@ func (c *Cluster) Run(ctx context.Context, want Agents) (map[string]*corev1.Pod,
 		}
 	}
 	return inst.pods, nil
+}
+
+// installOnce installs chart unless it was installed before, and returns its installation. c.mu is held.
+func (c *Cluster) installOnce(ctx context.Context, chart Chart) (*installation, error) {
+	if c.installed[chart] == nil {
+		inst, err := c.install(ctx, chart)
+		if err != nil {
+			return nil, err
+		}
+		c.installed[chart] = inst
+	}
+	return c.installed[chart], nil
 }
 
 // AgentStarts is how many agents the harness has started on the cluster's nodes, each a few CPU-seconds of compiling

@@ -109,15 +109,15 @@ func goneWithNode(t *testing.T, node string) {
 	t.Helper()
 	var left []string
 	if err := testenv.WaitFor(context.Background(), 3*time.Minute, func(ctx context.Context) (bool, error) {
-		list, err := pods(ctx, map[string]string{"app.kubernetes.io/name": testenv.ServiceAccountName})
-		if err != nil {
+		// kube-apiserver selects the pods by spec.nodeName, as kubelet's own watch does.
+		list := &corev1.PodList{}
+		if err := env.Client.List(ctx, list, client.InNamespace(testenv.ExtensionNamespace),
+			client.MatchingLabels{"app.kubernetes.io/name": testenv.ServiceAccountName}, client.MatchingFields{"spec.nodeName": node}); err != nil {
 			return false, err
 		}
 		left = nil
-		for _, p := range list {
-			if p.Spec.NodeName == node {
-				left = append(left, p.Name)
-			}
+		for _, p := range list.Items {
+			left = append(left, p.Name)
 		}
 		return len(left) == 0, nil
 	}); err != nil {
