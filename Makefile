@@ -20,8 +20,10 @@ CILIUM_OPERATOR_1_20 = $(shell hack/cilium/build.sh cilium-operator 1.20)
 CILIUM_DBG_1_20  = $(shell hack/cilium/build.sh cilium-dbg 1.20)
 # Empty when no copy is found: each suite that renders the chart then stops with the script's line naming what to run.
 NC_CHART         = $(shell hack/networking-cilium/chart.sh)
+# Debian's docker-registry, unpacked into $(CACHE_DIR) (test/image/publish); empty when apt is missing.
+DOCKER_REGISTRY  = $(shell hack/image/registry.sh)
 # What the suites, the demo and the bench are told of the tools above.
-TOOLS_ENV        = KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CILIUM_OPERATOR="$(CILIUM_OPERATOR)" CILIUM_DBG="$(CILIUM_DBG)" CILIUM_AGENT="$(CILIUM_AGENT)" NETWORKING_CILIUM_CHART="$(NC_CHART)"
+TOOLS_ENV        = KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CILIUM_OPERATOR="$(CILIUM_OPERATOR)" CILIUM_DBG="$(CILIUM_DBG)" CILIUM_AGENT="$(CILIUM_AGENT)" NETWORKING_CILIUM_CHART="$(NC_CHART)" DOCKER_REGISTRY="$(DOCKER_REGISTRY)"
 # The tools of Cilium 1.20, for the test and bench runs that need them (ciliumbin.PathFor).
 TOOLS_ENV_1_20   = CILIUM_AGENT_1_20="$(CILIUM_AGENT_1_20)" CILIUM_DBG_1_20="$(CILIUM_DBG_1_20)" CILIUM_OPERATOR_1_20="$(CILIUM_OPERATOR_1_20)"
 # Builds run the compiler and linker with a quarter of their garbage collections: about a fifth less CPU, a third more
@@ -56,6 +58,14 @@ build:
 .PHONY: image
 image:
 	@$(BUILD_ENV) hack/image/build.sh
+
+# Publishes what make image built (IMAGE_LAYOUT, default bin/image/oci): the image index to IMAGE_REPOSITORY and the
+# chart, as a Helm OCI artifact naming that image by tag and digest, to CHART_REPOSITORY, both tagged with VERSION;
+# prints both digests. With IMAGE_DIGEST, only the chart, for the index already at IMAGE_REPOSITORY@IMAGE_DIGEST.
+.PHONY: push
+push:
+	@$(GO) run ./hack/image/push -layout "$(or $(IMAGE_LAYOUT),bin/image/oci)" -image-repository "$(IMAGE_REPOSITORY)" \
+	  -chart-repository "$(CHART_REPOSITORY)" -image-digest "$(IMAGE_DIGEST)"
 
 # Builds the image of the commit twice, here and from a fresh clone with an empty Go build cache, and compares the
 # digests (.ci/run runs it; make test does not).

@@ -44,7 +44,15 @@ for entry in "${packages[@]}"; do
     missing+=("$package ($program)")
   fi
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+# Debian's docker-registry is unpacked into the tools' cache, not installed: its package would start a registry
+# service on this machine (hack/image/registry.sh; test/image/publish).
+unpack_registry() {
+  if [ "$os_id" = debian ]; then "$(dirname "$0")/image/registry.sh" >/dev/null; fi
+}
+if [ ${#missing[@]} -eq 0 ]; then
+  unpack_registry
+  exit 0
+fi
 
 case "$os_id $os_version" in
   "debian 12" | "debian 13") ;;
@@ -79,3 +87,4 @@ if printf '%s\n' "${missing[@]}" | grep -qx frr; then
   if [ -d /run/systemd/system ]; then systemctl disable --quiet frr.service || true; else update-rc.d frr disable >/dev/null 2>&1 || true; fi
 fi
 echo ">> setup: installed ${missing[*]}" >&2
+unpack_registry

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 #
 # Builds the extension's image from the Dockerfile for each platform of PLATFORMS (default linux/amd64,linux/arm64)
-# into one index, writes it to the OCI layout bin/image/oci under the tag of VERSION, and prints the index's digest
+# into one index, writes it to the OCI layout IMAGE_LAYOUT (default bin/image/oci) under the tag of VERSION, and prints the index's digest
 # and each image's size. Offline by default: BASE_IMAGE=distroless-files, scratch plus the files Gardener's distroless
 # static nonroot base gives the extension (its passwd and group with uid 65532, nsswitch.conf, /tmp, and this
 # machine's CA bundle); BASE_IMAGE=gcr.io/distroless/static-debian13:nonroot builds it as Gardener's extensions are
@@ -22,7 +22,7 @@ version=$(cat VERSION)
 base=${BASE_IMAGE:-distroless-files}
 platforms=${PLATFORMS:-linux/amd64,linux/arm64}
 name=localhost/gardener-extension-cilium-selfhosted:$version
-layout=bin/image/oci
+layout=${IMAGE_LAYOUT:-bin/image/oci}
 
 for platform in ${platforms//,/ }; do
   hack/build.sh "${platform#linux/}" >/dev/null

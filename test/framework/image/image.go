@@ -1,0 +1,135 @@
+// Package image builds the extension's image as make image does, for this machine's architecture, and runs images
+// with podman as a node's container runtime would, in storage of the suite's own.
+package image
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	gcrv1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/repo"
+)
+
+// Buildah: the suites that build the image (Debian's buildah, which hack/setup.sh installs).
+func Buildah() error { return program("buildah") }
+
+// Podman: the suites that run an image (Debian's podman and runc, which hack/setup.sh installs).
+func Podman() error {
+	if err := program("podman"); err != nil {
+		return err
+	}
+	return program("runc")
+}
+
+func program(name string) error {
+	if _, err := exec.LookPath(name); err != nil {
+		return fmt.Errorf("%s is missing: install Debian's %s (make setup)", name, name)
+	}
+	return nil
+}
+
+// Layout is an OCI layout that holds the extension's image index under Tag.
+type Layout struct {
+	Path, Tag string
+	// Index is the index's digest.
+	Index string
+}
+
+// ImageIndex is the layout's index tagged Tag.
+func (l Layout) ImageIndex() (gcrv1.ImageIndex, error) {
+	top, err := layout.ImageIndexFromPath(l.Path)
+	if err != nil {
+		return nil, err
+	}
+	manifest, err := top.IndexManifest()
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range manifest.Manifests {
+		if d.Annotations["org.opencontainers.image.ref.name"] == l.Tag {
+			return top.ImageIndex(d.Digest)
+		}
+	}
+	return nil, fmt.Errorf("the OCI layout %s holds no index tagged %s", l.Path, l.Tag)
+}
+
+// Build builds the image of the checkout for this machine's architecture into the OCI layout dir, with
+// hack/image/build.sh as make image runs it: the binary is hack/build.sh's, which make test has built already.
+func Build(ctx context.Context, dir string) (Layout, error) {
+	top, err := repo.Root()
+	if err != nil {
+		return Layout{}, err
+	}
+	version, err := os.ReadFile(filepath.Join(top, "VERSION"))
+	if err != nil {
+		return Layout{}, err
+	}
+	l := Layout{Path: dir, Tag: strings.TrimSpace(string(version))}
+	cmd := exec.CommandContext(ctx, filepath.Join(top, "hack/image/build.sh"))
+	cmd.Dir = top
+	cmd.Env = append(os.Environ(), "IMAGE_LAYOUT="+dir, "PLATFORMS=linux/"+runtime.GOARCH)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return l, fmt.Errorf("hack/image/build.sh: %w\n%s", err, stderr.String())
+	}
+	for line := range strings.Lines(string(out)) {
+		if digest, ok := strings.CutPrefix(strings.TrimSpace(line), "index "); ok {
+			l.Index = digest
+		}
+	}
+	if l.Index == "" {
+		return l, fmt.Errorf("hack/image/build.sh printed no index digest:\n%s", out)
+	}
+	return l, nil
+}
+
+// Runtime is podman with image storage of its own, run as on this machine it must be: runc (crun fails on this
+// kernel's cgroup v1/v2 hybrid), cgroupfs, ulimits at or below the machine's.
+type Runtime struct {
+	// root holds the images, runRoot the containers' state (podman takes at most 50 characters for it).
+	root, runRoot string
+}
+
+// NewRuntime returns a runtime whose storage lies under dir and a short folder in /tmp.
+func NewRuntime(dir string) (Runtime, error) {
+	runRoot, err := os.MkdirTemp("/tmp", "podman-")
+	if err != nil {
+		return Runtime{}, err
+	}
+	return Runtime{root: filepath.Join(dir, "root"), runRoot: runRoot}, nil
+}
+
+// Command is podman with args, on the runtime's storage.
+func (r Runtime) Command(ctx context.Context, args ...string) *exec.Cmd {
+	global := []string{"--root", r.root, "--runroot", r.runRoot, "--runtime", "runc", "--cgroup-manager", "cgroupfs"}
+	return exec.CommandContext(ctx, "podman", append(global, args...)...)
+}
+
+// Output runs podman with args and returns its standard output; on failure, the error holds what it said.
+func (r Runtime) Output(ctx context.Context, args ...string) (string, error) {
+	cmd := r.Command(ctx, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return string(out), fmt.Errorf("podman %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return string(out), nil
+}
+
+// Reset removes the runtime's storage.
+func (r Runtime) Reset(ctx context.Context) error {
+	_ = r.Command(ctx, "system", "reset", "--force").Run()
+	return errors.Join(os.RemoveAll(r.root), os.RemoveAll(r.runRoot))
+}
