@@ -61,11 +61,13 @@ image:
 
 # Publishes what make image built (IMAGE_LAYOUT, default bin/image/oci): the image index to IMAGE_REPOSITORY and the
 # chart, as a Helm OCI artifact naming that image by tag and digest, to CHART_REPOSITORY, both tagged with VERSION;
-# prints both digests. With IMAGE_DIGEST, only the chart, for the index already at IMAGE_REPOSITORY@IMAGE_DIGEST.
+# prints both digests, and writes the registrations of that chart into PUSH_DIR (default bin/push): the operator
+# Extension and the ControllerDeployment with the chart inlined. With IMAGE_DIGEST, only the chart, for the index
+# already at IMAGE_REPOSITORY@IMAGE_DIGEST.
 .PHONY: push
 push:
 	@$(GO) run ./hack/image/push -layout "$(or $(IMAGE_LAYOUT),bin/image/oci)" -image-repository "$(IMAGE_REPOSITORY)" \
-	  -chart-repository "$(CHART_REPOSITORY)" -image-digest "$(IMAGE_DIGEST)"
+	  -chart-repository "$(CHART_REPOSITORY)" -image-digest "$(IMAGE_DIGEST)" -out "$(or $(PUSH_DIR),bin/push)"
 
 # Builds the image of the commit twice, here and from a fresh clone with an empty Go build cache, and compares the
 # digests (.ci/run runs it; make test does not).

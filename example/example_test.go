@@ -4,9 +4,12 @@ package example
 import (
 	"bufio"
 	"bytes"
+	"maps"
 	"os"
+	"strings"
 	"testing"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/yaml"
@@ -16,7 +19,9 @@ import (
 	gardencorev1 "github.com/gardener/gardener/pkg/apis/core/v1"
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
+	operatorv1alpha1 "github.com/gardener/gardener/pkg/apis/operator/v1alpha1"
 	"github.com/gardener/gardener/pkg/chartrenderer"
+	"github.com/gardener/gardener/pkg/utils/gardener/operator"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/charts"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/config"
@@ -40,6 +45,45 @@ func TestControllerRegistrationIsCurrent(t *testing.T) {
 	}
 	if !bytes.Equal(read(t, "controller-registration.yaml"), want) {
 		t.Fatal("controller-registration.yaml is stale: run `make generate`")
+	}
+}
+
+// TestExtensionIsCurrent: extension.yaml is what make generate writes for VERSION.
+func TestExtensionIsCurrent(t *testing.T) {
+	want, err := charts.ExampleExtension(strings.TrimSpace(string(read(t, "../VERSION"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(read(t, "extension.yaml"), want) {
+		t.Fatal("extension.yaml is stale: run `make generate`")
+	}
+}
+
+// TestExtensionRegistersWhatTheRegistrationDoes: the operator Extension, as gardener-operator and gardenadm turn it
+// into a ControllerRegistration and ControllerDeployment (ControllerRegistrationForExtension), registers the extension
+// for the same resources with the same pod security level as controller-registration.yaml, and pulls the chart of
+// VERSION from its OCI repository.
+func TestExtensionRegistersWhatTheRegistrationDoes(t *testing.T) {
+	s := runtime.NewScheme()
+	if err := operatorv1alpha1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := sigsyaml.YAMLToJSON(read(t, "extension.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, _, err := serializer.NewCodecFactory(s, serializer.EnableStrict).UniversalDeserializer().Decode(raw, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	converted, deployment := operator.ControllerRegistrationForExtension(obj.(*operatorv1alpha1.Extension))
+	_, want := registration(t)
+	if !apiequality.Semantic.DeepEqual(converted.Spec.Resources, want.Spec.Resources) || !maps.Equal(converted.Annotations, want.Annotations) {
+		t.Errorf("the Extension registers %+v with annotations %v; controller-registration.yaml %+v with %v",
+			converted.Spec.Resources, converted.Annotations, want.Spec.Resources, want.Annotations)
+	}
+	if url := deployment.Helm.OCIRepository.GetURL(); !strings.HasSuffix(url, ":"+strings.TrimSpace(string(read(t, "../VERSION")))) {
+		t.Errorf("the Extension pulls the chart from %s, want VERSION's tag", url)
 	}
 }
 

@@ -2,12 +2,16 @@
 
 // Command push publishes what make image built: the image index that the OCI layout holds under VERSION's tag to
 // -image-repository, and the extension's chart, packaged as a Helm OCI artifact with that repository, VERSION's tag
-// and the index's digest in its values, to -chart-repository under the same tag; it prints both digests. Given
-// -image-digest, it publishes the chart alone, for the index already at -image-repository@digest.
+// and the index's digest in its values, to -chart-repository under the same tag; it prints both digests and writes
+// the registrations of that chart into -out (the operator Extension of its reference and digest, and the
+// ControllerDeployment with it inlined). Given -image-digest, it publishes the chart alone, for the index already at
+// -image-repository@digest.
 //
 // It refuses an image whose version label (org.opencontainers.image.version) is not VERSION, and a chart whose digest
-// names no such index in the image repository. Registries on loopback and RFC 1918 addresses are spoken to over plain
-// HTTP, as gardenlet pulls from them (Gardener's pkg/utils/oci, go-containerregistry's name.Registry.Scheme).
+// names no such index in the image repository. It logs in as docker and helm do (go-containerregistry's default
+// keychain for the image, Helm's registry configuration for the chart). Registries on loopback and RFC 1918
+// addresses are spoken to over plain HTTP, as gardenlet pulls from them (Gardener's pkg/utils/oci,
+// go-containerregistry's name.Registry.Scheme).
 //
 //	go run ./hack/image/push -image-repository 127.0.0.1:5000/cilium-selfhosted -chart-repository 127.0.0.1:5000/charts/cilium-selfhosted
 package main
@@ -24,6 +28,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	gcrv1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
@@ -34,6 +39,8 @@ import (
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
 	"helm.sh/helm/v4/pkg/registry"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/charts"
 )
 
 // LabelVersion is the image label that must say VERSION (the Dockerfile sets it from hack/image/build.sh).
@@ -47,6 +54,7 @@ func main() {
 	flag.StringVar(&o.imageRepository, "image-repository", "", "where the image index goes, without tag (IMAGE_REPOSITORY)")
 	flag.StringVar(&o.chartRepository, "chart-repository", "", "where the chart goes, without tag (CHART_REPOSITORY)")
 	flag.StringVar(&o.imageDigest, "image-digest", "", "publish the chart alone, for the index already at image-repository@this digest (IMAGE_DIGEST)")
+	flag.StringVar(&o.out, "out", "bin/push", "where the registrations of the published chart are written (PUSH_DIR)")
 	flag.Parse()
 	if err := o.run(context.Background()); err != nil {
 		fmt.Fprintln(os.Stderr, "push:", err)
@@ -55,7 +63,7 @@ func main() {
 }
 
 type options struct {
-	layout, chart, versionFile                    string
+	layout, chart, versionFile, out               string
 	imageRepository, chartRepository, imageDigest string
 }
 
@@ -78,11 +86,37 @@ func (o options) run(ctx context.Context) error {
 		return err
 	}
 	fmt.Printf("image %s:%s@%s\n", o.imageRepository, version, digest)
-	chartDigest, err := o.publishChart(version, digest)
+	archive, chartDigest, err := o.publishChart(version, digest)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("chart %s:%s@%s\n", o.chartRepository, version, chartDigest)
+	ref := o.chartRepository + ":" + version + "@" + chartDigest
+	fmt.Printf("chart %s\n", ref)
+	return o.writeRegistrations(ref, archive)
+}
+
+// writeRegistrations writes what an operator installs the published chart with: the operator Extension of its OCI
+// reference, and the ControllerDeployment with the chart inlined beside the ControllerRegistration, which gardenadm
+// init installs without pulling a chart (docs/usage/install.md).
+func (o options) writeRegistrations(ref string, archive []byte) error {
+	header := "# Written by make push for the chart it published at " + ref + ".\n"
+	extension, err := charts.Extension(ref, header)
+	if err != nil {
+		return err
+	}
+	registration, err := charts.RawChartRegistration(archive, header)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return err
+	}
+	for file, data := range map[string][]byte{"extension.yaml": extension, "controller-registration.yaml": registration} {
+		if err := os.WriteFile(filepath.Join(o.out, file), data, 0o644); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("registrations %s and %s\n", filepath.Join(o.out, "extension.yaml"), filepath.Join(o.out, "controller-registration.yaml"))
 	return nil
 }
 
@@ -94,7 +128,7 @@ func (o options) publishImage(ctx context.Context, version string) (string, erro
 	}
 	if o.imageDigest != "" {
 		ref := repo.Digest(o.imageDigest)
-		index, err := remote.Index(ref, remote.WithContext(ctx))
+		index, err := remote.Index(ref, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain))
 		if err != nil {
 			return "", fmt.Errorf("IMAGE_DIGEST %s: no image index %s: %w", o.imageDigest, ref, err)
 		}
@@ -110,7 +144,7 @@ func (o options) publishImage(ctx context.Context, version string) (string, erro
 	if err := checkVersion(index, version); err != nil {
 		return "", fmt.Errorf("%s: %w; build it again with make image", o.layout, err)
 	}
-	if err := remote.WriteIndex(repo.Tag(version), index, remote.WithContext(ctx)); err != nil {
+	if err := remote.WriteIndex(repo.Tag(version), index, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
 		return "", fmt.Errorf("pushing the image index to %s:%s: %w", repo, version, err)
 	}
 	digest, err := index.Digest()
@@ -118,7 +152,7 @@ func (o options) publishImage(ctx context.Context, version string) (string, erro
 		return "", err
 	}
 	// What the chart will name must be what the registry serves.
-	desc, err := remote.Head(repo.Digest(digest.String()), remote.WithContext(ctx))
+	desc, err := remote.Head(repo.Digest(digest.String()), remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain))
 	if err != nil || desc.Digest != digest {
 		return "", fmt.Errorf("%s@%s is not in the registry after the push: %v", repo, digest, err)
 	}
@@ -173,23 +207,23 @@ func checkVersion(index gcrv1.ImageIndex, version string) error {
 }
 
 // publishChart packages the chart with the image's repository, tag and digest in its values, pushes it and returns
-// its manifest's digest.
-func (o options) publishChart(version, digest string) (string, error) {
+// the packed chart and its manifest's digest.
+func (o options) publishChart(version, digest string) ([]byte, string, error) {
 	chart, err := loader.LoadDir(o.chart)
 	if err != nil {
-		return "", err
+		return nil, "", err
 	}
 	if err := setImage(chart, o.imageRepository, version, digest); err != nil {
-		return "", err
+		return nil, "", err
 	}
 	// As the image: every timestamp is the commit's, so that the same commit and image give the same chart digest.
 	out, err := exec.Command("git", "log", "-1", "--format=%cI").Output()
 	if err != nil {
-		return "", fmt.Errorf("the commit's time: %w", err)
+		return nil, "", fmt.Errorf("the commit's time: %w", err)
 	}
 	committed, err := time.Parse(time.RFC3339, strings.TrimSpace(string(out)))
 	if err != nil {
-		return "", err
+		return nil, "", err
 	}
 	chart.ModTime, chart.SchemaModTime = committed, committed
 	for _, files := range [][]*common.File{chart.Raw, chart.Templates, chart.Files} {
@@ -199,33 +233,33 @@ func (o options) publishChart(version, digest string) (string, error) {
 	}
 	dir, err := os.MkdirTemp("", "push-chart-")
 	if err != nil {
-		return "", err
+		return nil, "", err
 	}
 	defer os.RemoveAll(dir)
 	archive, err := chartutil.Save(chart, dir)
 	if err != nil {
-		return "", err
+		return nil, "", err
 	}
 	data, err := os.ReadFile(archive)
 	if err != nil {
-		return "", err
+		return nil, "", err
 	}
 	ref := o.chartRepository + ":" + version
-	var clientOptions []registry.ClientOption
-	clientOptions = append(clientOptions, registry.ClientOptCredentialsFile(filepath.Join(dir, "credentials.json")), registry.ClientOptWriter(io.Discard))
+	// Helm's own login (helm registry login), as helm push uses it.
+	clientOptions := []registry.ClientOption{registry.ClientOptWriter(io.Discard)}
 	if plainHTTP(o.chartRepository) {
 		clientOptions = append(clientOptions, registry.ClientOptPlainHTTP())
 	}
 	client, err := registry.NewClient(clientOptions...)
 	if err != nil {
-		return "", err
+		return nil, "", err
 	}
 	// Not strict: the repository's last element need not be the chart's name, and the tag is VERSION, as the image's.
 	result, err := client.Push(data, ref, registry.PushOptStrictMode(false), registry.PushOptCreationTime(committed.UTC().Format(time.RFC3339)))
 	if err != nil {
-		return "", fmt.Errorf("pushing the chart to %s: %w", ref, err)
+		return nil, "", fmt.Errorf("pushing the chart to %s: %w", ref, err)
 	}
-	return result.Manifest.Digest, nil
+	return data, result.Manifest.Digest, nil
 }
 
 // setImage writes the image's repository, tag and digest into the chart's values.yaml, keeping its comments.

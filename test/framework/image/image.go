@@ -16,6 +16,7 @@ import (
 	gcrv1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/reaper"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/repo"
 )
 
@@ -62,8 +63,9 @@ func (l Layout) ImageIndex() (gcrv1.ImageIndex, error) {
 	return nil, fmt.Errorf("the OCI layout %s holds no index tagged %s", l.Path, l.Tag)
 }
 
-// Build builds the image of the checkout for this machine's architecture into the OCI layout dir, with
+// Build builds the image of the checkout for this machine's architecture into the OCI layout dir/oci, with
 // hack/image/build.sh as make image runs it: the binary is hack/build.sh's, which make test has built already.
+// buildah keeps its storage under dir too, with the vfs driver, which mounts nothing on the machine.
 func Build(ctx context.Context, dir string) (Layout, error) {
 	top, err := repo.Root()
 	if err != nil {
@@ -73,10 +75,22 @@ func Build(ctx context.Context, dir string) (Layout, error) {
 	if err != nil {
 		return Layout{}, err
 	}
-	l := Layout{Path: dir, Tag: strings.TrimSpace(string(version))}
+	l := Layout{Path: filepath.Join(dir, "oci"), Tag: strings.TrimSpace(string(version))}
+	runRoot, err := os.MkdirTemp("/tmp", "buildah-")
+	if err != nil {
+		return l, err
+	}
+	defer os.RemoveAll(runRoot)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return l, err
+	}
+	storage := filepath.Join(dir, "storage.conf")
+	if err := os.WriteFile(storage, fmt.Appendf(nil, "[storage]\ndriver = \"vfs\"\ngraphroot = %q\nrunroot = %q\n", filepath.Join(dir, "storage"), runRoot), 0o644); err != nil {
+		return l, err
+	}
 	cmd := exec.CommandContext(ctx, filepath.Join(top, "hack/image/build.sh"))
 	cmd.Dir = top
-	cmd.Env = append(os.Environ(), "IMAGE_LAYOUT="+dir, "PLATFORMS=linux/"+runtime.GOARCH)
+	cmd.Env = append(os.Environ(), "IMAGE_LAYOUT="+l.Path, "PLATFORMS=linux/"+runtime.GOARCH, "CONTAINERS_STORAGE_CONF="+storage)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -95,10 +109,15 @@ func Build(ctx context.Context, dir string) (Layout, error) {
 }
 
 // Runtime is podman with image storage of its own, run as on this machine it must be: runc (crun fails on this
-// kernel's cgroup v1/v2 hybrid), cgroupfs, ulimits at or below the machine's.
+// kernel's cgroup v1/v2 hybrid), cgroupfs, ulimits at or below the machine's. It changes nothing that the suites
+// running beside it check the machine for (test/framework/ciliumnodes Leftovers): the vfs storage driver mounts no
+// overlay, its containers' cgroups lie below the reaper's base cgroup instead of libpod_parent in the cgroup2 root,
+// and they get no network and no /dev/shm mount.
 type Runtime struct {
 	// root holds the images, runRoot the containers' state (podman takes at most 50 characters for it).
 	root, runRoot string
+	// Env is added to podman's environment (CONTAINERS_REGISTRIES_CONF, say).
+	Env []string
 }
 
 // NewRuntime returns a runtime whose storage lies under dir and a short folder in /tmp.
@@ -112,8 +131,24 @@ func NewRuntime(dir string) (Runtime, error) {
 
 // Command is podman with args, on the runtime's storage.
 func (r Runtime) Command(ctx context.Context, args ...string) *exec.Cmd {
-	global := []string{"--root", r.root, "--runroot", r.runRoot, "--runtime", "runc", "--cgroup-manager", "cgroupfs"}
-	return exec.CommandContext(ctx, "podman", append(global, args...)...)
+	global := []string{"--root", r.root, "--runroot", r.runRoot, "--storage-driver", "vfs", "--runtime", "runc", "--cgroup-manager", "cgroupfs"}
+	cmd := exec.CommandContext(ctx, "podman", append(global, args...)...)
+	cmd.Env = append(os.Environ(), r.Env...)
+	return cmd
+}
+
+// Run runs the image ref with args, without network, and returns what it printed.
+func (r Runtime) Run(ctx context.Context, ref string, args ...string) (string, error) {
+	run := []string{"run", "--rm", "--network", "none", "--ipc", "none", "--cgroup-parent", "/" + reaper.BaseCgroup + "/podman",
+		"--ulimit", "nproc=4096:4096", "--ulimit", "nofile=4096:4096", ref}
+	return r.Output(ctx, append(run, args...)...)
+}
+
+// Pull pulls ref over plain HTTP, as a node's containerd does from a registry its hosts.toml names with an http://
+// server.
+func (r Runtime) Pull(ctx context.Context, ref string) error {
+	_, err := r.Output(ctx, "pull", "--quiet", "--tls-verify=false", ref)
+	return err
 }
 
 // Output runs podman with args and returns its standard output; on failure, the error holds what it said.

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -17,26 +20,34 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	k8stypes "k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/yaml"
 
 	gardencorev1 "github.com/gardener/gardener/pkg/apis/core/v1"
+	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
+	operatorv1alpha1 "github.com/gardener/gardener/pkg/apis/operator/v1alpha1"
 	"github.com/gardener/gardener/pkg/gardenlet/controller/controllerinstallation/controllerinstallation"
 	gardenerutils "github.com/gardener/gardener/pkg/utils/gardener"
+	"github.com/gardener/gardener/pkg/utils/gardener/operator"
 	"github.com/gardener/gardener/pkg/utils/oci"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/helm"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/image"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/registry"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/repo"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
 )
 
-// published is what make push printed: each reference as repository:tag@digest.
+// published is what make push printed (each reference as repository:tag@digest), and the folder it wrote the
+// registrations into.
 type published struct {
 	imageRepository, imageDigest string
 	chartRepository, chartDigest string
+	registrations                string
 }
 
 var printedRef = regexp.MustCompile(`(?m)^(image|chart) (\S+):(\S+)@(sha256:[0-9a-f]{64})$`)
@@ -49,8 +60,9 @@ func push(t *testing.T, vars ...string) (published, string, error) {
 		t.Fatal(err)
 	}
 	base := reg.Host + "/" + strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
-	p := published{imageRepository: base + "/cilium-selfhosted", chartRepository: base + "/charts/cilium-selfhosted"}
-	args := append([]string{"-s", "push", "IMAGE_LAYOUT=" + layout.Path, "IMAGE_REPOSITORY=" + p.imageRepository, "CHART_REPOSITORY=" + p.chartRepository}, vars...)
+	p := published{imageRepository: base + "/cilium-selfhosted", chartRepository: base + "/charts/cilium-selfhosted", registrations: t.TempDir()}
+	args := append([]string{"-s", "push", "IMAGE_LAYOUT=" + layout.Path, "IMAGE_REPOSITORY=" + p.imageRepository, "CHART_REPOSITORY=" + p.chartRepository,
+		"PUSH_DIR=" + p.registrations}, vars...)
 	cmd := exec.Command("make", args...)
 	cmd.Dir = top
 	var out bytes.Buffer
@@ -91,10 +103,10 @@ func TestPushedImageIsTheBuiltOne(t *testing.T) {
 	}
 	ctx := context.Background()
 	ref := p.imageRepository + "@" + p.imageDigest
-	if _, err := podman.Output(ctx, append(pullArgs, ref)...); err != nil {
+	if err := podman.Pull(ctx, ref); err != nil {
 		t.Fatal(err)
 	}
-	out, err := podman.Output(ctx, append(append([]string{"run"}, imageRunArgs...), ref, "--version")...)
+	out, err := podman.Run(ctx, ref, "--version")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,29 +119,104 @@ func TestPushedImageIsTheBuiltOne(t *testing.T) {
 	}
 }
 
-// pullArgs pull over plain HTTP, as a node's containerd does from a registry its hosts.toml names with an http:// server.
-var pullArgs = []string{"pull", "--quiet", "--tls-verify=false"}
-
-// imageRunArgs run a container with no network, as nothing of it may reach another address.
-var imageRunArgs = []string{"--rm", "--network", "none", "--ulimit", "nproc=4096:4096", "--ulimit", "nofile=4096:4096"}
-
-// TestChartPulledAsGardenletPullsIt: the chart make push published, pulled by digest through Gardener's HelmRegistry
-// (pkg/utils/oci, what gardenlet's ControllerInstallation reconciler pulls an ociRepository with) and rendered as that
-// reconciler renders it for a self-hosted shoot (its values, Gardener's chart renderer, MutateSpecForSelfHostedShootExtensions
-// on the first control-plane node), names the published image by repository, tag and digest; the container it
-// describes runs from the registry.
+// TestChartPulledAsGardenletPullsIt: the Extension make push wrote for the chart it published, turned into a
+// ControllerDeployment as gardener-operator and gardenadm do, pulls the chart by digest through Gardener's HelmRegistry
+// (pkg/utils/oci, what gardenlet's ControllerInstallation reconciler pulls an ociRepository with); rendered as that
+// reconciler renders it for a self-hosted shoot (its values, Gardener's chart renderer,
+// MutateSpecForSelfHostedShootExtensions on the first control-plane node), it names the published image by
+// repository, tag and digest, and the container it describes runs from the registry. The ControllerDeployment with
+// the chart inlined that make push wrote beside it renders the same DaemonSet.
 func TestChartPulledAsGardenletPullsIt(t *testing.T) {
 	p, _, err := push(t)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	archive, err := oci.NewHelmRegistry(fake.NewClientBuilder().Build()).Pull(ctx, &gardencorev1.OCIRepository{
-		Repository: ptr.To(p.chartRepository), Tag: ptr.To(layout.Tag), Digest: ptr.To(p.chartDigest),
-	})
+	_, deployment := operator.ControllerRegistrationForExtension(decode[*operatorv1alpha1.Extension](t, filepath.Join(p.registrations, "extension.yaml")))
+	if want := p.chartRepository + ":" + layout.Tag + "@" + p.chartDigest; deployment.Helm.OCIRepository.GetURL() != want {
+		t.Errorf("the Extension pulls %s, want the published %s", deployment.Helm.OCIRepository.GetURL(), want)
+	}
+	archive, err := oci.NewHelmRegistry(fake.NewClientBuilder().Build()).Pull(ctx, deployment.Helm.OCIRepository)
 	if err != nil {
 		t.Fatal(err)
 	}
+	daemonSet := renderAsGardenlet(t, archive)
+	container := daemonSet.Spec.Template.Spec.Containers[0]
+	if want := p.imageRepository + ":" + layout.Tag + "@" + p.imageDigest; container.Image != want {
+		t.Fatalf("the pulled chart's DaemonSet runs %s, want the published %s", container.Image, want)
+	}
+	if !daemonSet.Spec.Template.Spec.HostNetwork {
+		t.Errorf("the DaemonSet as gardenlet renders it for the first control-plane node is not in the host network")
+	}
+	if err := podman.Pull(ctx, container.Image); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := podman.Run(ctx, container.Image, "--version"); err != nil {
+		t.Errorf("the image the chart names does not run: %v", err)
+	}
+	inlined := rawChartDeployment(t, filepath.Join(p.registrations, "controller-registration.yaml"))
+	if image := renderAsGardenlet(t, inlined.Helm.RawChart).Spec.Template.Spec.Containers[0].Image; image != container.Image {
+		t.Errorf("the ControllerDeployment with the chart inlined runs %s, the pulled chart %s", image, container.Image)
+	}
+}
+
+// TestMirroredWithItsDigest: copied with skopeo to a mirror, keeping its digest (docs/usage/install.md, "A mirror"),
+// the image is pulled by the reference the chart names from the mirror while the original registry does not answer,
+// as containerd does with a mirror in the original host's hosts.toml (here podman's registries.conf), and runs.
+func TestMirroredWithItsDigest(t *testing.T) {
+	p, _, err := push(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	mirror, err := registry.Start(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mirror.Stop(ctx)
+	// The original registry, as the first node sees it: nothing answers at its address.
+	original := closedAddress(t)
+	path := strings.SplitN(p.imageRepository, "/", 2)[1]
+	copyCmd := exec.CommandContext(ctx, "skopeo", "copy", "--quiet", "--all", "--preserve-digests", "--src-tls-verify=false", "--dest-tls-verify=false",
+		"docker://"+p.imageRepository+"@"+p.imageDigest, "docker://"+mirror.Host+"/"+path+":"+layout.Tag)
+	if out, err := copyCmd.CombinedOutput(); err != nil {
+		t.Fatalf("skopeo copy: %v\n%s", err, out)
+	}
+	conf := filepath.Join(t.TempDir(), "registries.conf")
+	if err := os.WriteFile(conf, fmt.Appendf(nil, "[[registry]]\nlocation = %q\ninsecure = true\n[[registry.mirror]]\nlocation = %q\ninsecure = true\n", original, mirror.Host), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A node of its own, which has pulled nothing yet.
+	node, err := image.NewRuntime(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = node.Reset(ctx) }()
+	node.Env = []string{"CONTAINERS_REGISTRIES_CONF=" + conf}
+	ref := original + "/" + path + ":" + layout.Tag + "@" + p.imageDigest
+	if err := node.Pull(ctx, ref); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := node.Run(ctx, ref, "--version"); err != nil {
+		t.Errorf("the image pulled from the mirror does not run: %v", err)
+	}
+}
+
+// closedAddress is a 127.0.0.1 address nobody listens on.
+func closedAddress(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// renderAsGardenlet renders the packed chart as gardenlet's ControllerInstallation reconciler does for the first
+// control-plane node of a self-hosted shoot, and returns its DaemonSet.
+func renderAsGardenlet(t *testing.T, archive []byte) *appsv1.DaemonSet {
+	t.Helper()
 	values, err := testenv.ChartValues(fixtures.Shoot(true))
 	if err != nil {
 		t.Fatal(err)
@@ -148,20 +235,55 @@ func TestChartPulledAsGardenletPullsIt(t *testing.T) {
 	if err := gardenerutils.MutateObjectsInSecretData(secretData, testenv.ExtensionNamespace, []string{appsv1.GroupName}, r.MutateSpecForSelfHostedShootExtensions); err != nil {
 		t.Fatal(err)
 	}
-	daemonSet := daemonSetOf(t, secretData)
-	container := daemonSet.Spec.Template.Spec.Containers[0]
-	if want := p.imageRepository + ":" + layout.Tag + "@" + p.imageDigest; container.Image != want {
-		t.Fatalf("the pulled chart's DaemonSet runs %s, want the published %s", container.Image, want)
+	return daemonSetOf(t, secretData)
+}
+
+// decode decodes the one object of file strictly.
+func decode[T runtime.Object](t *testing.T, file string) T {
+	t.Helper()
+	objs := decodeAll(t, file)
+	for _, obj := range objs {
+		if o, ok := obj.(T); ok {
+			return o
+		}
 	}
-	if !daemonSet.Spec.Template.Spec.HostNetwork {
-		t.Errorf("the DaemonSet as gardenlet renders it for the first control-plane node is not in the host network")
+	var zero T
+	t.Fatalf("%s holds no %T", file, zero)
+	return zero
+}
+
+// rawChartDeployment is the ControllerDeployment of file, which also holds its ControllerRegistration.
+func rawChartDeployment(t *testing.T, file string) *gardencorev1.ControllerDeployment {
+	t.Helper()
+	if decode[*gardencorev1beta1.ControllerRegistration](t, file) == nil {
+		t.Fatalf("%s holds no ControllerRegistration", file)
 	}
-	if _, err := podman.Output(ctx, append(pullArgs, container.Image)...); err != nil {
+	return decode[*gardencorev1.ControllerDeployment](t, file)
+}
+
+// decodeAll decodes the YAML documents of file strictly, with Gardener's core and operator types.
+func decodeAll(t *testing.T, file string) []runtime.Object {
+	t.Helper()
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{gardencorev1.AddToScheme, gardencorev1beta1.AddToScheme, operatorv1alpha1.AddToScheme} {
+		if err := add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := podman.Output(ctx, append(append([]string{"run"}, imageRunArgs...), container.Image, "--version")...); err != nil {
-		t.Errorf("the image the chart names does not run: %v", err)
+	decoder := serializer.NewCodecFactory(s, serializer.EnableStrict).UniversalDeserializer()
+	var objs []runtime.Object
+	for doc := range strings.SplitSeq(string(data), "\n---\n") {
+		obj, _, err := decoder.Decode([]byte(doc), nil, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		objs = append(objs, obj)
 	}
+	return objs
 }
 
 // daemonSetOf is the one DaemonSet of the rendered chart's secret data.

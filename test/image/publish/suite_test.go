@@ -39,7 +39,7 @@ func run(m *testing.M) int {
 		return testenv.CannotRun(err)
 	}
 	defer os.RemoveAll(dir)
-	if layout, err = image.Build(ctx, filepath.Join(dir, "oci")); err != nil {
+	if layout, err = image.Build(ctx, filepath.Join(dir, "build")); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
