@@ -22,7 +22,8 @@ const ecmpConnections = 30
 // TestBGP: the operator switches the exposure to `announcement: BGP` with the top-of-rack router of docs/bgp.md as its
 // peer; FRR runs that configuration verbatim. The exposure turns Succeeded only once the real agents advertise the VIP:
 // by then the router has a route to it. HTTPS through the VIP from the client behind the router then works via every
-// control-plane node, none failing, with the agents that ran through the replacement of the Service. With the agents
+// control-plane node with the agents that ran through the replacement of the Service, none failing but for at most a
+// connection per node that its agent resets while it replaces the Service (docs/bgp.md). With the agents
 // started afresh: every control-plane node advertises the VIP (one next hop each in the router's kernel) and no other
 // node peers; the router spreads new connections over all of them and none fails, each reaching a kube-apiserver whose
 // certificate verifies under the shoot's API name. No FRR process runs in the machine's network namespace. The
@@ -64,14 +65,19 @@ func bgpOnLane(t *testing.T, l *lane) {
 	if len(exp.Status.Ingress) != 1 || exp.Status.Ingress[0].IP != fixtures.ExposureVIP {
 		t.Errorf("status.ingress %+v, want %s", exp.Status.Ingress, fixtures.ExposureVIP)
 	}
-	// Every node's load balancer serves the VIP by the time the router routes it there: the Service's replacement
-	// leaves no new connection unserved.
+	// Every node's load balancer serves the VIP once the router routes it there, but for a connection a node may reset
+	// while its agent replaces the Service (docs/bgp.md, "Switching an exposure between L2 and BGP"): at most one
+	// per control-plane node before every node served one.
 	took, early, err := l.cluster.BGP().ServedViaEveryNode(ctx, router)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(early) > 0 {
-		t.Errorf("after the switch from L2 (agents of %s running through it), %d new connections through the VIP failed before one had worked via every node: %v",
+		report := t.Logf
+		if len(early) > len(fixtures.ControlPlaneIPs) {
+			report = t.Errorf
+		}
+		report("after the switch from L2 (agents of %s running through it), %d new connections through the VIP failed before one had worked via every node: %v",
 			l.line, len(early), early)
 		// When each agent replaced the old Service's frontend by the new one's (docs/development/testing.md, Flakes).
 		for _, n := range l.cluster.Nodes() {
