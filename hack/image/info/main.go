@@ -7,6 +7,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,13 +36,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: info LAYOUT TAG")
 		os.Exit(2)
 	}
-	if err := run(os.Args[1], os.Args[2]); err != nil {
+	if err := run(os.Stdout, os.Args[1], os.Args[2]); err != nil {
 		fmt.Fprintln(os.Stderr, "info:", err)
 		os.Exit(1)
 	}
 }
 
-func run(layout, tag string) error {
+func run(w io.Writer, layout, tag string) error {
 	var top index
 	if err := readJSON(filepath.Join(layout, "index.json"), &top); err != nil {
 		return err
@@ -55,7 +56,7 @@ func run(layout, tag string) error {
 	if tagged == nil {
 		return fmt.Errorf("no image tagged %s in %s", tag, layout)
 	}
-	fmt.Printf("index %s\n", tagged.Digest)
+	fmt.Fprintf(w, "index %s\n", tagged.Digest)
 	var images index
 	if err := readJSON(blob(layout, tagged.Digest), &images); err != nil {
 		return err
@@ -73,7 +74,7 @@ func run(layout, tag string) error {
 		if m.Platform != nil {
 			platform = m.Platform.OS + "/" + m.Platform.Architecture
 		}
-		fmt.Printf("%s %s %.1f MiB\n", platform, m.Digest, float64(size)/(1<<20))
+		fmt.Fprintf(w, "%s %s %.1f MiB\n", platform, m.Digest, float64(size)/(1<<20))
 	}
 	return nil
 }

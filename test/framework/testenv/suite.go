@@ -49,14 +49,20 @@ func RunSuiteOn(m *testing.M, planes int, shoot *gardencorev1beta1.Shoot, opts O
 	// so instead.
 	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.ConsoleEncoder(), zap.Level(zapcore.ErrorLevel), zap.StacktraceLevel(zapcore.DPanicLevel)))
 	code, err := runSuite(m, planes, shoot, opts, setup)
-	if user, system, ok := reaper.CPU(); ok {
-		fmt.Printf("%s%.0f s (user %.0f s, system %.0f s)\n", CPUPrefix, (user + system).Seconds(), user.Seconds(), system.Seconds())
-	}
+	PrintCPU()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return code
+}
+
+// PrintCPU prints, as a suite ends, the CPU time it and every process it started used (CPUPrefix), when the binary
+// is confined (Check).
+func PrintCPU() {
+	if user, system, ok := reaper.CPU(); ok {
+		fmt.Printf("%s%.0f s (user %.0f s, system %.0f s)\n", CPUPrefix, (user + system).Seconds(), user.Seconds(), system.Seconds())
+	}
 }
 
 // Setup prepares a suite on the running environment and returns how to clean up after it.

@@ -29,7 +29,9 @@ func TestMain(m *testing.M) {
 	if err := testenv.Check(image.Buildah, image.Podman, registry.Available); err != nil {
 		os.Exit(testenv.CannotRun(err))
 	}
-	os.Exit(run(m))
+	code := run(m)
+	testenv.PrintCPU()
+	os.Exit(code)
 }
 
 func run(m *testing.M) int {
