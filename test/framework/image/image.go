@@ -137,9 +137,13 @@ func (r Runtime) Command(ctx context.Context, args ...string) *exec.Cmd {
 	return cmd
 }
 
+// CgroupParent is where the runtime's containers' cgroups go: below the reaper's base cgroup, which the suites'
+// machine checks expect, not podman's libpod_parent in the cgroup2 root.
+var CgroupParent = "/" + reaper.BaseCgroup + "/podman"
+
 // Run runs the image ref with args, without network, and returns what it printed.
 func (r Runtime) Run(ctx context.Context, ref string, args ...string) (string, error) {
-	run := []string{"run", "--rm", "--network", "none", "--ipc", "none", "--cgroup-parent", "/" + reaper.BaseCgroup + "/podman",
+	run := []string{"run", "--rm", "--network", "none", "--ipc", "none", "--cgroup-parent", CgroupParent,
 		"--ulimit", "nproc=4096:4096", "--ulimit", "nofile=4096:4096", ref}
 	return r.Output(ctx, append(run, args...)...)
 }
@@ -148,6 +152,16 @@ func (r Runtime) Run(ctx context.Context, ref string, args ...string) (string, e
 // server.
 func (r Runtime) Pull(ctx context.Context, ref string) error {
 	_, err := r.Output(ctx, "pull", "--quiet", "--tls-verify=false", ref)
+	return err
+}
+
+// Load stores the layout's image for this machine's architecture under name, as a node holds a pulled image.
+func (r Runtime) Load(ctx context.Context, l Layout, name string) error {
+	id, err := r.Output(ctx, "pull", "--quiet", "oci:"+l.Path+":"+l.Tag)
+	if err != nil {
+		return err
+	}
+	_, err = r.Output(ctx, "tag", strings.TrimSpace(id), name)
 	return err
 }
 

@@ -34,6 +34,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumbin"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/image"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
 )
 
@@ -62,6 +63,8 @@ type Sandbox struct {
 
 	mu        sync.Mutex
 	endpoints map[string]*Endpoint
+	// images, when set, runs containers from their images (UseImages).
+	images *image.Runtime
 }
 
 // NewSandbox creates the network namespace and starts its endpoints: every control-plane address and LocalAPIServer
@@ -247,6 +250,27 @@ type Container struct {
 type Started struct {
 	*testenv.Process
 	volumes map[string]string
+	// Container is the container runtime's name of a container run from its image, "" for one run as a process.
+	Container string
+	// remove, for a container run from its image, removes what the runtime keeps of it.
+	remove func()
+}
+
+// Stop stops the container as kubelet does (SIGTERM, then SIGKILL after the grace period) and removes what the
+// runtime keeps of it.
+func (s *Started) Stop(ctx context.Context) {
+	s.Process.Stop(ctx)
+	if s.remove != nil {
+		s.remove()
+	}
+}
+
+// Kill ends the container at once.
+func (s *Started) Kill() {
+	s.Process.Kill()
+	if s.remove != nil {
+		s.remove()
+	}
 }
 
 // HostPath is where path inside the container lies on the host, for a path in one of its emptyDir or ConfigMap
@@ -268,6 +292,12 @@ func (s *Sandbox) Start(c Container) (*Started, error) {
 		return nil, fmt.Errorf("pod %s has no container %s", c.Pod.Name, c.Name)
 	}
 	container := containers[i]
+	s.mu.Lock()
+	images := s.images
+	s.mu.Unlock()
+	if images != nil {
+		return s.startImage(*images, c, container)
+	}
 	if err := writeScratch(c); err != nil {
 		return nil, err
 	}
@@ -282,14 +312,7 @@ func (s *Sandbox) Start(c Container) (*Started, error) {
 	if err != nil {
 		return nil, err
 	}
-	environment := s.podEnv(c, container)
-	for k, v := range c.Env {
-		if v == "" {
-			delete(environment, k)
-		} else {
-			environment[k] = v
-		}
-	}
+	environment := s.containerEnv(c, container)
 	// Binary stands for command[0] or, without a command, for the image's entrypoint.
 	command := container.Command
 	if len(command) > 0 {
@@ -531,6 +554,19 @@ func writeFiles(dir string, files map[string]string) error {
 		}
 	}
 	return nil
+}
+
+// containerEnv is podEnv with c.Env's overrides: an empty value removes a variable.
+func (s *Sandbox) containerEnv(c Container, container corev1.Container) map[string]string {
+	environment := s.podEnv(c, container)
+	for k, v := range c.Env {
+		if v == "" {
+			delete(environment, k)
+		} else {
+			environment[k] = v
+		}
+	}
+	return environment
 }
 
 // podEnv is the environment kubelet gives the container: the `kubernetes` Service's variables first, then the

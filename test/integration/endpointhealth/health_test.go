@@ -2,8 +2,10 @@ package endpointhealth_test
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,6 +23,7 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/selfhostedshootexposure"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumchart"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/podrun"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
 )
 
@@ -57,8 +60,8 @@ func all(ready bool) map[string]bool {
 func address(i int) string { return net.JoinHostPort(controlPlaneIPs[i], "443") }
 
 // runExtensionPod hands the exposure controller to the extension run as its chart's pod on cp-0 in the sandbox until
-// the test ends.
-func runExtensionPod(t *testing.T) {
+// the test ends, and returns the pod's container.
+func runExtensionPod(t *testing.T) *podrun.Started {
 	t.Helper()
 	pod, giveBack, err := sandbox.TakeOver(context.Background(), env, "cp-0", controlPlaneIPs[0], t.TempDir(), filepath.Join(env.Dir, "extension-pod.log"))
 	if err != nil {
@@ -72,6 +75,46 @@ func runExtensionPod(t *testing.T) {
 			t.Error(err)
 		}
 	})
+	return pod
+}
+
+// TestPodRunsTheImageAsTheChartSays: the extension's pod is a container of the image make image built, with what the
+// chart's DaemonSet asks of the runtime: the node's network, the chart's user and group, a read-only root filesystem,
+// every capability dropped, no privilege escalation. It becomes ready (the chart's readiness probe, /readyz on its
+// health port, which TakeOver waits for) and serves the exposure.
+func TestPodRunsTheImageAsTheChartSays(t *testing.T) {
+	exp := fixtureExposure(t, "image")
+	pod := runExtensionPod(t)
+	out, err := node.Output(context.Background(), "container", "inspect", pod.Container)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var containers []struct {
+		ImageName  string
+		Image      string
+		Config     struct{ User string }
+		HostConfig struct {
+			ReadonlyRootfs bool
+			CapDrop        []string
+			CapAdd         []string
+			SecurityOpt    []string
+			NetworkMode    string
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &containers); err != nil || len(containers) != 1 {
+		t.Fatalf("podman container inspect %s: %v\n%s", pod.Container, err, out)
+	}
+	inspected := containers[0]
+	h := inspected.HostConfig
+	if inspected.ImageName != testenv.ImageRepository+":"+built.Tag || inspected.Config.User != "65532:65532" || !h.ReadonlyRootfs ||
+		len(h.CapAdd) != 0 || !slices.Contains(h.SecurityOpt, "no-new-privileges") || !strings.HasPrefix(h.NetworkMode, "ns:/run/netns/") {
+		t.Errorf("the extension's container: image %s, user %q, read-only root %t, capabilities added %v, security options %v, network %s; want %s:%s, 65532:65532, read-only, none, no-new-privileges, the node's",
+			inspected.ImageName, inspected.Config.User, h.ReadonlyRootfs, h.CapAdd, h.SecurityOpt, h.NetworkMode, testenv.ImageRepository, built.Tag)
+	}
+	if err := env.Client.Create(context.Background(), exp); err != nil {
+		t.Fatal(err)
+	}
+	waitUntilPublished(t, exp, all(true), "EndpointsReady")
 }
 
 // exposureOfExtensionPod hands the exposure controller to the extension run as its chart's pod on cp-0, with Cilium's

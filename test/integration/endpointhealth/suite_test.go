@@ -1,6 +1,7 @@
-// Package endpointhealth_test runs the extension as the pod of its chart would run on cp-0 (test/framework/podrun: in a
-// network namespace standing for the node, with its ServiceAccount's token and the cluster CA), against a real
-// kube-apiserver that serves a certificate made as Gardener makes it. The namespace holds the three control-plane
+// Package endpointhealth_test runs the extension's image, as make image builds it, as the pod of its chart would run
+// on cp-0 (test/framework/podrun with podman: in a network namespace standing for the node, with its ServiceAccount's
+// token and the cluster CA, the container's security context), against a real kube-apiserver that serves a
+// certificate made as Gardener makes it. The namespace holds the three control-plane
 // InternalIPs, each a TCP proxy to kube-apiserver that the tests switch off, as a control-plane node whose
 // kube-apiserver is down refuses connections; nothing the extension dials leaves the namespace. A helper plays
 // Cilium's LB-IPAM and cp-0's agent as the VIP's announcer.
@@ -10,12 +11,14 @@ import (
 	"context"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumchart"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumfake"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/image"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/podrun"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
 )
@@ -23,6 +26,10 @@ import (
 var (
 	env     *testenv.Env
 	sandbox *podrun.Sandbox
+	// node is cp-0's container runtime, holding the image make image built under the chart's name; built the image's
+	// index.
+	node  image.Runtime
+	built image.Layout
 	// controlPlaneIPs are cp-0, cp-1 and cp-2's InternalIPs, on the sandbox's loopback.
 	controlPlaneIPs = fixtures.ControlPlaneIPs
 )
@@ -34,7 +41,7 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	if err := testenv.Check(testenv.Root, ciliumchart.GardenerChart); err != nil {
+	if err := testenv.Check(testenv.Root, image.Buildah, image.Podman, ciliumchart.GardenerChart); err != nil {
 		os.Exit(testenv.CannotRun(err))
 	}
 	certs, err := podrun.ShootCertificates("shoot--local--health")
@@ -65,6 +72,25 @@ func setup(ctx context.Context, e *testenv.Env) (func(), error) {
 	}
 	cleanup := func() {
 		sandbox.Close()
+		stopFakes()
+	}
+	// The image of the chart's DaemonSet, as a node holds it once pulled.
+	if built, err = image.Build(ctx, filepath.Join(e.Dir, "image")); err != nil {
+		cleanup()
+		return nil, err
+	}
+	if node, err = image.NewRuntime(filepath.Join(e.Dir, "podman")); err != nil {
+		cleanup()
+		return nil, err
+	}
+	if err := node.Load(ctx, built, testenv.ImageRepository+":"+built.Tag); err != nil {
+		cleanup()
+		return nil, err
+	}
+	sandbox.UseImages(node)
+	cleanup = func() {
+		sandbox.Close()
+		_ = node.Reset(context.Background())
 		stopFakes()
 	}
 	// The node's uplink, as a bare-metal node has one: its address in the node network and the default route through
