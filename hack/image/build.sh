@@ -24,6 +24,11 @@ platforms=${PLATFORMS:-linux/amd64,linux/arm64}
 name=localhost/gardener-extension-cilium-selfhosted:$version
 layout=${IMAGE_LAYOUT:-bin/image/oci}
 
+# One build at a time per checkout: the rootfs below is the build context's, and suites build side by side.
+mkdir -p bin/image
+exec 9>bin/image/.lock
+flock 9
+
 for platform in ${platforms//,/ }; do
   hack/build.sh "${platform#linux/}" >/dev/null
 done
