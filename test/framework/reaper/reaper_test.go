@@ -241,6 +241,13 @@ func TestNextRunCleansUpAfterAKilledReaper(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
+	// A killed process ends when the kernel gets to it: on a loaded machine the reaper may still run a moment after
+	// the signal, and a cleaner leaves the state of a binary whose reaper runs alone (the cold run of session 25).
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return !reaper.Running(s.Reaper), nil
+	}); err != nil {
+		t.Fatalf("the reaper %d still runs after SIGKILL", s.Reaper)
+	}
 	for _, pid := range s.Pids {
 		if !reaper.Running(pid) {
 			t.Fatalf("process %d ended without a reaper: this test would not show what the next run does", pid)
