@@ -63,10 +63,10 @@ image:
 # chart, as a Helm OCI artifact naming that image by tag and digest, to CHART_REPOSITORY, both tagged with VERSION;
 # prints both digests, and writes the registrations of that chart into PUSH_DIR (default bin/push): the operator
 # Extension and the ControllerDeployment with the chart inlined. With IMAGE_DIGEST, only the chart, for the index
-# already at IMAGE_REPOSITORY@IMAGE_DIGEST.
+# already at IMAGE_REPOSITORY@IMAGE_DIGEST. Built with the binary's flags, so that it shares their compiled packages.
 .PHONY: push
 push:
-	@$(GO) run ./hack/image/push -layout "$(or $(IMAGE_LAYOUT),bin/image/oci)" -image-repository "$(IMAGE_REPOSITORY)" \
+	@$(BUILD_ENV) $(STATIC) $(GO) run -trimpath ./hack/image/push -layout "$(or $(IMAGE_LAYOUT),bin/image/oci)" -image-repository "$(IMAGE_REPOSITORY)" \
 	  -chart-repository "$(CHART_REPOSITORY)" -image-digest "$(IMAGE_DIGEST)" -out "$(or $(PUSH_DIR),bin/push)"
 
 # Builds the image of the commit twice, here and from a fresh clone with an empty Go build cache, and compares the
