@@ -72,8 +72,8 @@ func TestTimings(t *testing.T) {
 		t.Errorf("UnrenewedAfter = %s, want 2 retry periods and 250ms", got)
 	}
 	// client-go's acquire retries within (1 + JitterFactor 1.2) retry periods.
-	if got := fastLease.AcknowledgeWithin(); got != 1600*time.Millisecond {
-		t.Errorf("AcknowledgeWithin = %s, want 2.2 retry periods and 500ms", got)
+	if got := fastLease.AcknowledgeWithin(); got != 2100*time.Millisecond {
+		t.Errorf("AcknowledgeWithin = %s, want 2.2 retry periods and 1s", got)
 	}
 	for d, want := range map[time.Duration]int32{5 * time.Second: 5, 15 * time.Second: 15, time.Minute: 15, 500 * time.Millisecond: 1, 4500 * time.Millisecond: 5} {
 		if got := releasedLeaseSeconds(Timings{Duration: d}); got != want {

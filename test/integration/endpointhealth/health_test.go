@@ -111,10 +111,18 @@ func TestPodRunsTheImageAsTheChartSays(t *testing.T) {
 		t.Errorf("the extension's container: image %s, user %q, read-only root %t, capabilities added %v, security options %v, network %s; want %s:%s, 65532:65532, read-only, none, no-new-privileges, the node's",
 			inspected.ImageName, inspected.Config.User, h.ReadonlyRootfs, h.CapAdd, h.SecurityOpt, h.NetworkMode, testenv.ImageRepository, built.Tag)
 	}
-	if err := env.Client.Create(context.Background(), exp); err != nil {
+	ctx := context.Background()
+	if err := env.Client.Create(ctx, exp); err != nil {
 		t.Fatal(err)
 	}
 	waitUntilPublished(t, exp, all(true), "EndpointsReady")
+	// Gone before the pod is: its probes would hold connections that other cases count.
+	if err := env.Client.Delete(ctx, exp); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.WaitUntilGone(ctx, exp, time.Minute); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // exposureOfExtensionPod hands the exposure controller to the extension run as its chart's pod on cp-0, with Cilium's
