@@ -131,7 +131,9 @@ func NewRuntime(dir string) (Runtime, error) {
 
 // Command is podman with args, on the runtime's storage.
 func (r Runtime) Command(ctx context.Context, args ...string) *exec.Cmd {
-	global := []string{"--root", r.root, "--runroot", r.runRoot, "--storage-driver", "vfs", "--runtime", "runc", "--cgroup-manager", "cgroupfs"}
+	// libpod's tmpdir too: the machine's /run/libpod is shared by every podman, which a suite beside may be running.
+	global := []string{"--root", r.root, "--runroot", r.runRoot, "--tmpdir", filepath.Join(r.runRoot, "libpod"),
+		"--storage-driver", "vfs", "--runtime", "runc", "--cgroup-manager", "cgroupfs"}
 	cmd := exec.CommandContext(ctx, "podman", append(global, args...)...)
 	cmd.Env = append(os.Environ(), r.Env...)
 	return cmd
@@ -177,8 +179,8 @@ func (r Runtime) Output(ctx context.Context, args ...string) (string, error) {
 	return string(out), nil
 }
 
-// Reset removes the runtime's storage.
+// Reset removes the runtime's storage: vfs mounts nothing, so removing its folders is all (podman system reset would
+// also empty the machine's /run/libpod under another suite's podman).
 func (r Runtime) Reset(ctx context.Context) error {
-	_ = r.Command(ctx, "system", "reset", "--force").Run()
 	return errors.Join(os.RemoveAll(r.root), os.RemoveAll(r.runRoot))
 }

@@ -1,6 +1,7 @@
 package podrun
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -101,7 +102,7 @@ func securityArgs(pod *corev1.PodSecurityContext, container *corev1.SecurityCont
 		user, group = pod.RunAsUser, pod.RunAsGroup
 	}
 	if container != nil {
-		user, group = cmpOr(container.RunAsUser, user), cmpOr(container.RunAsGroup, group)
+		user, group = cmp.Or(container.RunAsUser, user), cmp.Or(container.RunAsGroup, group)
 	}
 	if user != nil {
 		u := strconv.FormatInt(*user, 10)
@@ -129,11 +130,4 @@ func securityArgs(pod *corev1.PodSecurityContext, container *corev1.SecurityCont
 		}
 	}
 	return args
-}
-
-func cmpOr(a, b *int64) *int64 {
-	if a != nil {
-		return a
-	}
-	return b
 }

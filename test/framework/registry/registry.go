@@ -59,7 +59,7 @@ func Start(ctx context.Context, dir string) (*Registry, error) {
 	if err := Available(); err != nil {
 		return nil, err
 	}
-	host, err := freeAddress()
+	host, err := FreeAddress()
 	if err != nil {
 		return nil, err
 	}
@@ -104,8 +104,8 @@ func (r *Registry) Stop(ctx context.Context) { r.process.Stop(ctx) }
 // Log is what the registry logged.
 func (r *Registry) Log() string { return r.process.Log() }
 
-// freeAddress is a 127.0.0.1 address with a port nobody listens on now.
-func freeAddress() (string, error) {
+// FreeAddress is a 127.0.0.1 address with a port nobody listens on now.
+func FreeAddress() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err

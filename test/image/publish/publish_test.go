@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -175,7 +174,10 @@ func TestMirroredWithItsDigest(t *testing.T) {
 	}
 	defer mirror.Stop(ctx)
 	// The original registry, as the first node sees it: nothing answers at its address.
-	original := closedAddress(t)
+	original, err := registry.FreeAddress()
+	if err != nil {
+		t.Fatal(err)
+	}
 	path := strings.SplitN(p.imageRepository, "/", 2)[1]
 	copyCmd := exec.CommandContext(ctx, "skopeo", "copy", "--quiet", "--all", "--preserve-digests", "--src-tls-verify=false", "--dest-tls-verify=false",
 		"docker://"+p.imageRepository+"@"+p.imageDigest, "docker://"+mirror.Host+"/"+path+":"+layout.Tag)
@@ -200,17 +202,6 @@ func TestMirroredWithItsDigest(t *testing.T) {
 	if _, err := node.Run(ctx, ref, "--version"); err != nil {
 		t.Errorf("the image pulled from the mirror does not run: %v", err)
 	}
-}
-
-// closedAddress is a 127.0.0.1 address nobody listens on.
-func closedAddress(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // renderAsGardenlet renders the packed chart as gardenlet's ControllerInstallation reconciler does for the first

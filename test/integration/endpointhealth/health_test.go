@@ -117,12 +117,7 @@ func TestPodRunsTheImageAsTheChartSays(t *testing.T) {
 	}
 	waitUntilPublished(t, exp, all(true), "EndpointsReady")
 	// Gone before the pod is: its probes would hold connections that other cases count.
-	if err := env.Client.Delete(ctx, exp); err != nil {
-		t.Fatal(err)
-	}
-	if err := env.WaitUntilGone(ctx, exp, time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	deleteExposure(t, exp)
 }
 
 // exposureOfExtensionPod hands the exposure controller to the extension run as its chart's pod on cp-0, with Cilium's
@@ -133,6 +128,18 @@ func exposureOfExtensionPod(t *testing.T, name string) *extensionsv1alpha1.SelfH
 	exp := fixtureExposure(t, name)
 	runExtensionPod(t)
 	return exp
+}
+
+// deleteExposure deletes exp and waits until it is gone, its probes stopped.
+func deleteExposure(t *testing.T, exp *extensionsv1alpha1.SelfHostedShootExposure) {
+	t.Helper()
+	ctx := context.Background()
+	if err := env.Client.Delete(ctx, exp); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.WaitUntilGone(ctx, exp, time.Minute); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // fixtureExposure stores Cilium's configuration as Gardener's chart makes it and returns the exposure gardenadm would
@@ -199,12 +206,7 @@ func TestUnreadyEndpointsAreTakenOut(t *testing.T) {
 	}
 	waitUntilPublished(t, exp, all(true), "EndpointsReady")
 
-	if err := env.Client.Delete(ctx, exp); err != nil {
-		t.Fatal(err)
-	}
-	if err := env.WaitUntilGone(ctx, exp, time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	deleteExposure(t, exp)
 	open := func() (n int) {
 		for i := range controlPlaneIPs {
 			ep, _ := sandbox.Endpoint(address(i))
