@@ -10,13 +10,20 @@ if [ -n "$(git status --porcelain)" ]; then
   echo "image-verify: the tree has changes; it builds the commit twice, so commit or stash them first" >&2
   exit 1
 fi
-digest() { grep '^index ' | cut -d' ' -f2; }
+# Passes the build's report on to stderr and keeps the index digest. Not `tee /dev/stderr`: where stderr is a file,
+# tee opens it anew and truncates it, and with it the log of whatever ran before (.ci/run > file).
+digest() {
+  local report
+  report=$(cat)
+  echo "$report" >&2
+  echo "$report" | grep '^index ' | cut -d' ' -f2
+}
 
-first=$(hack/image/build.sh | tee /dev/stderr | digest)
+first=$(hack/image/build.sh | digest)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 git clone -q --no-hardlinks . "$tmp/clone"
-second=$(cd "$tmp/clone" && GOCACHE="$tmp/gocache" hack/image/build.sh | tee /dev/stderr | digest)
+second=$(cd "$tmp/clone" && GOCACHE="$tmp/gocache" hack/image/build.sh | digest)
 echo "image-verify: $first here, $second from $tmp/clone with an empty build cache"
 if [ "$first" != "$second" ]; then
   echo "image-verify: the digests differ: the image is not reproducible" >&2
