@@ -32,7 +32,7 @@ const probeGoal = 3 * time.Second
 
 // endpointProbes runs section 7 in a control plane of its own that serves a certificate made as Gardener makes it: the
 // extension runs as its chart's pod in a network namespace whose control-plane addresses are proxies to kube-apiserver
-// (test/integration/endpointhealth's setup). It measures how long the slice takes to follow cp-1's kube-apiserver
+// (test/operator/extensionpod's setup). It measures how long the slice takes to follow cp-1's kube-apiserver
 // going away and coming back, flips times, and what probing costs the extension for 3 and 100 endpoints.
 func endpointProbes(r *report, flips int) error {
 	if os.Getuid() != 0 {

@@ -2,7 +2,8 @@
 // etcd built from source with Gardener's and Cilium's CRDs, a self-hosted Cluster with 3 control-plane and 2 worker
 // Nodes, the extension binary and Cilium's real operator started with their production flags, and Cilium's real
 // chart applied with one agent pod per node, created the way the DaemonSet controller would. It prints how each
-// Cilium pod reaches kube-apiserver, then exposes kube-apiserver on a Cilium VIP and deletes the exposure again.
+// Cilium pod reaches kube-apiserver, then exposes kube-apiserver on a Cilium VIP and deletes the exposure again. As
+// root, the extension's image (make image's) runs as its chart's pod on cp-0 for those parts (image.go).
 package main
 
 import (
@@ -93,6 +94,11 @@ func run(extension, chart string, keep bool) error {
 	}
 	// The datapath part runs the extension as its chart's pods and then starts it here again: stop whichever runs.
 	defer func() { d.env.Extension.Stop(context.Background()) }()
+	giveBack, err := d.extensionFromImage(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = giveBack() }()
 
 	var problems []string
 	p, err := d.ciliumAgents(ctx, chart)
@@ -116,6 +122,10 @@ func run(extension, chart string, keep bool) error {
 	}
 	problems = append(problems, p...)
 
+	step("The extension runs as a process again, for the datapath part to run it as its chart's pods on every control-plane node")
+	if err := giveBack(); err != nil {
+		return err
+	}
 	step("Cilium's datapath: real agents on nodes that are network namespaces on a bridge, with a client beside them")
 	p, err = d.datapath(ctx, chart)
 	if err != nil {

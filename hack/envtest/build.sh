@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the envtest control plane (kube-apiserver, etcd; kube-controller-manager and kube-scheduler for the suites that
-# need Kubernetes' own controllers and scheduler) from Go modules into a cache outside the repository, because
-# envtest binaries cannot be downloaded here and CI clones the repository afresh. A binary is rebuilt only when it is
-# missing: the cache folder is named after the pinned versions, so changing a pin builds into a new folder.
+# need Kubernetes' own controllers and scheduler; kubectl for the steps of docs/usage/install.md) from Go modules into
+# a cache outside the repository, because envtest binaries cannot be downloaded here and CI clones the repository
+# afresh. A binary is rebuilt only when it is missing: the cache folder is named after the pinned versions, so
+# changing a pin builds into a new folder.
 # Prints the folder to point KUBEBUILDER_ASSETS at.
 set -euo pipefail
 
@@ -28,7 +29,7 @@ build() { # name module-dir ldflags
 
 build etcd "$here/etcd" "-s -w"
 k8s_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${k8s_version} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(echo "$k8s_version" | cut -d. -f2)"
-for component in kube-apiserver kube-controller-manager kube-scheduler; do
+for component in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
   build "$component" "$here/kubernetes/$component" "$k8s_ldflags"
 done
 echo "$dir"

@@ -74,7 +74,7 @@ func TestPrintsTheTaggedIndexAndItsImages(t *testing.T) {
 	if got, want := out.String(), "index "+digest.String()+"\n"+strings.Join(want, "\n")+"\n"; got != want {
 		t.Errorf("info printed\n%s\nwant\n%s", got, want)
 	}
-	if err := run(&out, dir, "v9.9.9"); err == nil || !strings.Contains(err.Error(), "no image tagged v9.9.9") {
+	if err := run(&out, dir, "v9.9.9"); err == nil || !strings.Contains(err.Error(), "no image index tagged v9.9.9") {
 		t.Errorf("for a tag the layout does not hold: %v, want an error naming it", err)
 	}
 }

@@ -31,7 +31,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	gcrv1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"go.yaml.in/yaml/v3"
 	"helm.sh/helm/v4/pkg/chart/common"
@@ -41,6 +40,7 @@ import (
 	"helm.sh/helm/v4/pkg/registry"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/charts"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/hack/image/ocilayout"
 )
 
 // LabelVersion is the image label that must say VERSION (the Dockerfile sets it from hack/image/build.sh).
@@ -137,7 +137,7 @@ func (o options) publishImage(ctx context.Context, version string) (string, erro
 		}
 		return o.imageDigest, nil
 	}
-	index, err := taggedIndex(o.layout, version)
+	index, err := ocilayout.TaggedIndex(o.layout, version)
 	if err != nil {
 		return "", err
 	}
@@ -157,24 +157,6 @@ func (o options) publishImage(ctx context.Context, version string) (string, erro
 		return "", fmt.Errorf("%s@%s is not in the registry after the push: %v", repo, digest, err)
 	}
 	return digest.String(), nil
-}
-
-// taggedIndex is the image index the OCI layout holds under tag (annotation org.opencontainers.image.ref.name).
-func taggedIndex(path, tag string) (gcrv1.ImageIndex, error) {
-	top, err := layout.ImageIndexFromPath(path)
-	if err != nil {
-		return nil, fmt.Errorf("the OCI layout %s (make image writes it): %w", path, err)
-	}
-	manifest, err := top.IndexManifest()
-	if err != nil {
-		return nil, err
-	}
-	for _, d := range manifest.Manifests {
-		if d.Annotations["org.opencontainers.image.ref.name"] == tag {
-			return top.ImageIndex(d.Digest)
-		}
-	}
-	return nil, fmt.Errorf("the OCI layout %s holds no image index tagged %s (VERSION): run make image", path, tag)
 }
 
 // checkVersion says whether every image of index carries version in its version label.

@@ -14,8 +14,8 @@ import (
 	"strings"
 
 	gcrv1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/hack/image/ocilayout"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/reaper"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/repo"
 )
@@ -46,22 +46,7 @@ type Layout struct {
 }
 
 // ImageIndex is the layout's index tagged Tag.
-func (l Layout) ImageIndex() (gcrv1.ImageIndex, error) {
-	top, err := layout.ImageIndexFromPath(l.Path)
-	if err != nil {
-		return nil, err
-	}
-	manifest, err := top.IndexManifest()
-	if err != nil {
-		return nil, err
-	}
-	for _, d := range manifest.Manifests {
-		if d.Annotations["org.opencontainers.image.ref.name"] == l.Tag {
-			return top.ImageIndex(d.Digest)
-		}
-	}
-	return nil, fmt.Errorf("the OCI layout %s holds no index tagged %s", l.Path, l.Tag)
-}
+func (l Layout) ImageIndex() (gcrv1.ImageIndex, error) { return ocilayout.TaggedIndex(l.Path, l.Tag) }
 
 // Build builds the image of the checkout for this machine's architecture into the OCI layout dir/oci, with
 // hack/image/build.sh as make image runs it: the binary is hack/build.sh's, which make test has built already.
@@ -181,6 +166,6 @@ func (r Runtime) Output(ctx context.Context, args ...string) (string, error) {
 
 // Reset removes the runtime's storage: vfs mounts nothing, so removing its folders is all (podman system reset would
 // also empty the machine's /run/libpod under another suite's podman).
-func (r Runtime) Reset(ctx context.Context) error {
+func (r Runtime) Reset() error {
 	return errors.Join(os.RemoveAll(r.root), os.RemoveAll(r.runRoot))
 }

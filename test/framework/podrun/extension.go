@@ -66,22 +66,39 @@ func (s *Sandbox) ReadinessProbe(c Container, started *Started) func(context.Con
 	return testenv.Probe(started.Process, hc, url)
 }
 
-// TakeOver runs the extension as its chart's pod on node (InternalIP podIP) in s and hands it the controllers: env's
-// extension, on this machine's network where the sandbox's addresses do not exist, stops and releases its lease, and
-// the pod, once ready, leads. giveBack stops the pod and starts env's extension again.
+// TakeOver runs the extension as its chart's pod on node (InternalIP podIP) in s and hands it the controllers and the
+// webhooks: env's extension, on this machine's network where the sandbox's addresses do not exist, stops and releases
+// its lease, kube-apiserver's calls to the webhook URL the chart was installed with go to the pod's webhook server
+// (standing for the route to the node), and the pod, once ready, leads. giveBack stops the pod and the route and
+// starts env's extension again.
 func (s *Sandbox) TakeOver(ctx context.Context, env *testenv.Env, node, podIP, dir, logPath string) (pod *Started, giveBack func() error, err error) {
 	c, err := ForExtension(ctx, env, node, podIP)
 	if err != nil {
 		return nil, nil, err
 	}
 	c.Dir, c.LogPath = dir, logPath
+	var webhookPort int32
+	for _, p := range c.Pod.Spec.Containers[0].Ports {
+		if p.Name == "webhook-server" {
+			webhookPort = p.ContainerPort
+		}
+	}
+	if webhookPort == 0 {
+		return nil, nil, fmt.Errorf("the extension's pod names no webhook-server port")
+	}
+	route := NewRoute(env.Extensions().WebhookAddress(), s.ns, net.JoinHostPort(podIP, strconv.Itoa(int(webhookPort))))
 	env.Extensions().Stop(ctx, false)
+	if err := route.Start(); err != nil {
+		return nil, nil, errors.Join(fmt.Errorf("the route to the pod's webhook server: %w", err), env.Extensions().StartAgain())
+	}
 	started, err := s.Start(c)
 	if err != nil {
+		route.Stop()
 		return nil, nil, errors.Join(err, env.Extensions().StartAgain())
 	}
 	giveBack = func() error {
 		started.Stop(context.Background())
+		route.Stop()
 		return env.Extensions().StartAgain()
 	}
 	if err := testenv.WaitFor(ctx, time.Minute, s.ReadinessProbe(c, started)); err != nil {

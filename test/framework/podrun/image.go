@@ -19,12 +19,13 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
 )
 
-// UseImages makes Start run containers from their images with podman (rt), instead of the binary on the machine:
-// the exact image a node pulls, which rt must hold under the name the pod gives it.
-func (s *Sandbox) UseImages(rt image.Runtime) {
+// UseImages makes Start run the containers of refs from their images with podman (rt), instead of the binary on the
+// machine: the exact image a node pulls, which rt holds under the name the pod gives it. Containers of other images
+// still run from the binaries.
+func (s *Sandbox) UseImages(rt image.Runtime, refs ...string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.images = &rt
+	s.images, s.imageRefs = &rt, refs
 }
 
 // startImage runs the container from its image with podman, as kubelet and a container runtime run it on a node: in

@@ -122,6 +122,8 @@ type Endpoint struct {
 	addr    string
 	forward string
 	ns      *Netns
+	// into is the namespace forward lies in, when it is not the machine's own (NewRoute).
+	into *Netns
 
 	mu       sync.Mutex
 	listener net.Listener
@@ -138,6 +140,12 @@ type Endpoint struct {
 // forward, or only counts and closes when forward is empty. It listens once started.
 func NewEndpoint(ns *Netns, addr, forward string) *Endpoint {
 	return &Endpoint{addr: addr, forward: forward, ns: ns}
+}
+
+// NewRoute is an endpoint at addr on this machine that forwards to forward inside the namespace into: the network
+// between kube-apiserver and a hostNetwork pod on a node.
+func NewRoute(addr string, into *Netns, forward string) *Endpoint {
+	return &Endpoint{addr: addr, forward: forward, into: into}
 }
 
 // Start listens and serves.
@@ -177,11 +185,21 @@ func (e *Endpoint) Start() error {
 			e.open.Add(1)
 			go func() {
 				defer e.open.Add(-1)
-				pipe(c, e.forward, func() { e.stampSent(host) })
+				pipe(c, e.dial, func() { e.stampSent(host) })
 			}()
 		}
 	}()
 	return nil
+}
+
+// dial connects to where the endpoint forwards.
+func (e *Endpoint) dial() (net.Conn, error) {
+	if e.into != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return e.into.DialContext(ctx, "tcp", e.forward)
+	}
+	return net.Dial("tcp", e.forward)
 }
 
 // Stop closes the listener and every connection it accepted.
@@ -255,10 +273,10 @@ func (e *Endpoint) Reset() {
 	e.from = nil
 }
 
-// pipe forwards c to the address to and back; sent is called after each write to c.
-func pipe(c net.Conn, to string, sent func()) {
+// pipe forwards c to the connection dial makes and back; sent is called after each write to c.
+func pipe(c net.Conn, dial func() (net.Conn, error), sent func()) {
 	defer c.Close()
-	upstream, err := net.Dial("tcp", to)
+	upstream, err := dial()
 	if err != nil {
 		return
 	}

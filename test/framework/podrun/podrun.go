@@ -63,8 +63,9 @@ type Sandbox struct {
 
 	mu        sync.Mutex
 	endpoints map[string]*Endpoint
-	// images, when set, runs containers from their images (UseImages).
-	images *image.Runtime
+	// images, when set, runs the containers of the images it holds, imageRefs, from them (UseImages).
+	images    *image.Runtime
+	imageRefs []string
 }
 
 // NewSandbox creates the network namespace and starts its endpoints: every control-plane address and LocalAPIServer
@@ -294,8 +295,9 @@ func (s *Sandbox) Start(c Container) (*Started, error) {
 	container := containers[i]
 	s.mu.Lock()
 	images := s.images
+	fromImage := slices.Contains(s.imageRefs, container.Image)
 	s.mu.Unlock()
-	if images != nil {
+	if images != nil && fromImage {
 		return s.startImage(*images, c, container)
 	}
 	if err := writeScratch(c); err != nil {

@@ -9,11 +9,15 @@ import (
 	"strings"
 	"testing"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
@@ -140,6 +144,27 @@ func (e *Env) ExtensionClient(t testing.TB) client.Client {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// MetricsReaderToken is a token of a ServiceAccount bound to the chart's metrics-reader ClusterRole, as Prometheus'
+// is: what may read the extension's /metrics.
+func (e *Env) MetricsReaderToken(ctx context.Context) (string, error) {
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ExtensionNamespace, Name: "metrics-scraper"}}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "metrics-scraper"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: ServiceAccountName + "-metrics-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: sa.Namespace, Name: sa.Name}},
+	}
+	for _, obj := range []client.Object{sa, binding} {
+		if err := e.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			return "", err
+		}
+	}
+	request := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)}}
+	if err := e.Client.SubResource("token").Create(ctx, sa, request); err != nil {
+		return "", err
+	}
+	return request.Status.Token, nil
 }
 
 // ExposurePoolCIDRs are the blocks the exposures' pools may take where InstallChart installs the chart: the ranges for

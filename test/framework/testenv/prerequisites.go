@@ -46,6 +46,13 @@ func EnvtestAssets() error { return assets("kube-apiserver", "etcd") }
 // kube-apiserver (hack/envtest/build.sh builds them into the same folder).
 func KubernetesControllers() error { return assets("kube-controller-manager", "kube-scheduler") }
 
+// Kubectl: the suites that run the kubectl steps of docs/usage/install.md, with the kubectl hack/envtest/build.sh
+// builds into the same folder (KubectlPath).
+func Kubectl() error { return assets("kubectl") }
+
+// KubectlPath is that kubectl.
+func KubectlPath() string { return filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl") }
+
 func assets(binaries ...string) error {
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {

@@ -350,7 +350,7 @@ func (e Extensions) Flags(kubeconfig, namespace string, webhookPort int) []strin
 		"--metrics-bind-address=" + e.MetricsAddress,
 		"--health-bind-address=" + e.HealthAddress,
 		"--log-format=text",
-		// The fixture nodes' InternalIPs are not on this machine, and no probe may leave it; test/integration/endpointhealth
+		// The fixture nodes' InternalIPs are not on this machine, and no probe may leave it; test/operator/extensionpod
 		// runs the extension as its chart's pod, with probing on, where those addresses exist.
 		"--endpoint-probe-interval=0",
 	}

@@ -3,6 +3,8 @@ package publish
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -193,7 +195,7 @@ func TestMirroredWithItsDigest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = node.Reset(ctx) }()
+	defer func() { _ = node.Reset() }()
 	node.Env = []string{"CONTAINERS_REGISTRIES_CONF=" + conf}
 	ref := original + "/" + path + ":" + layout.Tag + "@" + p.imageDigest
 	if err := node.Pull(ctx, ref); err != nil {
@@ -201,6 +203,34 @@ func TestMirroredWithItsDigest(t *testing.T) {
 	}
 	if _, err := node.Run(ctx, ref, "--version"); err != nil {
 		t.Errorf("the image pulled from the mirror does not run: %v", err)
+	}
+}
+
+// TestImportArchiveKeepsTheDigest: the archive docs/usage/install.md ("An import") has an operator copy with skopeo
+// for containerd's import holds the pushed index under its digest, with its images, which is what kubelet then finds
+// the chart's image by. (The import itself, `ctr images import`, needs containerd, which does not run here.)
+func TestImportArchiveKeepsTheDigest(t *testing.T) {
+	p, _, err := push(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	archive := filepath.Join(t.TempDir(), "cilium-selfhosted.tar")
+	copyCmd := exec.CommandContext(ctx, "skopeo", "copy", "--quiet", "--all", "--src-tls-verify=false",
+		"docker://"+p.imageRepository+"@"+p.imageDigest, "oci-archive:"+archive)
+	if out, err := copyCmd.CombinedOutput(); err != nil {
+		t.Fatalf("skopeo copy: %v\n%s", err, out)
+	}
+	raw, err := exec.CommandContext(ctx, "skopeo", "inspect", "--raw", "oci-archive:"+archive).Output()
+	if err != nil {
+		t.Fatalf("skopeo inspect: %v", err)
+	}
+	if digest := fmt.Sprintf("sha256:%x", sha256.Sum256(raw)); digest != p.imageDigest {
+		t.Errorf("the archive holds %s, want the pushed index %s", digest, p.imageDigest)
+	}
+	var index struct{ Manifests []json.RawMessage }
+	if err := json.Unmarshal(raw, &index); err != nil || len(index.Manifests) == 0 {
+		t.Errorf("the archive's top manifest is no index of the pushed images: %v\n%s", err, raw)
 	}
 }
 

@@ -54,6 +54,6 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer func() { _ = podman.Reset(ctx) }()
+	defer func() { _ = podman.Reset() }()
 	return m.Run()
 }

@@ -18,14 +18,11 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
@@ -539,10 +536,14 @@ func TestMetricsAndHealthBindAsConfigured(t *testing.T) {
 			t.Errorf("%s on %s: %s", path, addr, last)
 		}
 	}
+	token, err := env.MetricsReaderToken(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		token string
 		want  int
-	}{{"", http.StatusUnauthorized}, {metricsReaderToken(t), http.StatusOK}} {
+	}{{"", http.StatusUnauthorized}, {token, http.StatusOK}} {
 		status, proto := getMetrics(t, tc.token)
 		if status != tc.want || proto != "HTTP/1.1" {
 			t.Errorf("GET /metrics with token %v: %d over %s, want %d over HTTP/1.1", tc.token != "", status, proto, tc.want)
@@ -615,28 +616,6 @@ func getMetrics(t *testing.T, token string) (int, string) {
 	}
 	resp.Body.Close()
 	return resp.StatusCode, resp.Proto
-}
-
-// metricsReaderToken is a token of a ServiceAccount bound to the chart's metrics-reader ClusterRole, as Prometheus'.
-func metricsReaderToken(t *testing.T) string {
-	t.Helper()
-	ctx := context.Background()
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: testenv.ExtensionNamespace, Name: "metrics-scraper"}}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "metrics-scraper"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "gardener-extension-cilium-selfhosted-metrics-reader"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: sa.Namespace, Name: sa.Name}},
-	}
-	for _, obj := range []client.Object{sa, binding} {
-		if err := env.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-	}
-	request := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)}}
-	if err := env.Client.SubResource("token").Create(ctx, sa, request); err != nil {
-		t.Fatal(err)
-	}
-	return request.Status.Token
 }
 
 // TestWorkersSpreadOverControlPlane: pods on different nodes off the control plane list the control-plane nodes in

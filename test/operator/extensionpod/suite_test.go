@@ -1,11 +1,11 @@
-// Package endpointhealth_test runs the extension's image, as make image builds it, as the pod of its chart would run
-// on cp-0 (test/framework/podrun with podman: in a network namespace standing for the node, with its ServiceAccount's
+// Package extensionpod_test runs the extension's image, as make image builds it, as the pod of its chart would run on
+// cp-0 (test/framework/podrun with podman: in a network namespace standing for the node, with its ServiceAccount's
 // token and the cluster CA, the container's security context), against a real kube-apiserver that serves a
-// certificate made as Gardener makes it. The namespace holds the three control-plane
-// InternalIPs, each a TCP proxy to kube-apiserver that the tests switch off, as a control-plane node whose
-// kube-apiserver is down refuses connections; nothing the extension dials leaves the namespace. A helper plays
-// Cilium's LB-IPAM and cp-0's agent as the VIP's announcer.
-package endpointhealth_test
+// certificate made as Gardener makes it and Cilium's real operator (LB-IPAM). kube-apiserver calls the pod's webhook
+// server through a route into the namespace. The namespace holds the three control-plane InternalIPs, each a TCP
+// proxy to kube-apiserver that the tests switch off, as a control-plane node whose kube-apiserver is down refuses
+// connections; nothing the extension dials leaves the namespace. A helper plays cp-0's agent as the VIP's announcer.
+package extensionpod_test
 
 import (
 	"context"
@@ -15,8 +15,10 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumbin"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumchart"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumfake"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumoperator"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/image"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/podrun"
@@ -41,7 +43,7 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	if err := testenv.Check(testenv.Root, image.Buildah, image.Podman, ciliumchart.GardenerChart); err != nil {
+	if err := testenv.Check(testenv.Root, testenv.Kubectl, image.Buildah, image.Podman, ciliumchart.GardenerChart, ciliumbin.Built(ciliumbin.Operator)); err != nil {
 		os.Exit(testenv.CannotRun(err))
 	}
 	certs, err := podrun.ShootCertificates("shoot--local--health")
@@ -53,26 +55,37 @@ func TestMain(m *testing.M) {
 }
 
 func setup(ctx context.Context, e *testenv.Env) (func(), error) {
-	stopFakes, err := ciliumfake.Use(&env)(ctx, e)
+	env = e
+	// Cilium's configuration as Gardener's chart makes it, which the exposures check, and the operator's LB-IPAM.
+	if err := ciliumchart.CreateGardenerConfig(ctx, e.Client); err != nil {
+		return nil, err
+	}
+	operator, err := ciliumoperator.Start(ctx, e, nil)
 	if err != nil {
 		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	go ciliumfake.Announcer(ctx, e.Client, "cp-0")
+	stopCilium := func() {
+		cancel()
+		operator.Stop(context.Background())
 	}
 	apiServer, err := url.Parse(e.Config.Host)
 	if err != nil {
-		stopFakes()
+		stopCilium()
 		return nil, err
 	}
 	sandbox, err = podrun.NewSandbox(podrun.Network{
-		Name: "cilium-health-" + strconv.Itoa(os.Getpid()), APIServer: apiServer.Host, ControlPlaneIPs: controlPlaneIPs,
+		Name: "cilium-pod-" + strconv.Itoa(os.Getpid()), APIServer: apiServer.Host, ControlPlaneIPs: controlPlaneIPs,
 		ClusterIP: podrun.ClusterIP, VIP: fixtures.ExposureVIP, ExternalName: ciliumchart.ExternalHost,
 	})
 	if err != nil {
-		stopFakes()
+		stopCilium()
 		return nil, err
 	}
 	cleanup := func() {
 		sandbox.Close()
-		stopFakes()
+		stopCilium()
 	}
 	// The image of the chart's DaemonSet, as a node holds it once pulled.
 	if built, err = image.Build(ctx, filepath.Join(e.Dir, "image")); err != nil {
@@ -83,15 +96,16 @@ func setup(ctx context.Context, e *testenv.Env) (func(), error) {
 		cleanup()
 		return nil, err
 	}
-	if err := node.Load(ctx, built, testenv.ImageRepository+":"+built.Tag); err != nil {
+	ref := testenv.ImageRepository + ":" + built.Tag
+	if err := node.Load(ctx, built, ref); err != nil {
 		cleanup()
 		return nil, err
 	}
-	sandbox.UseImages(node)
+	sandbox.UseImages(node, ref)
 	cleanup = func() {
 		sandbox.Close()
-		_ = node.Reset(context.Background())
-		stopFakes()
+		_ = node.Reset()
+		stopCilium()
 	}
 	// The node's uplink, as a bare-metal node has one: its address in the node network and the default route through
 	// the network's router. A veth whose peer stays down in the same namespace, so that whatever is routed there is

@@ -1,11 +1,9 @@
-package endpointhealth_test
+package extensionpod_test
 
 import (
 	"context"
-	"encoding/json"
 	"net"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -76,48 +74,6 @@ func runExtensionPod(t *testing.T) *podrun.Started {
 		}
 	})
 	return pod
-}
-
-// TestPodRunsTheImageAsTheChartSays: the extension's pod is a container of the image make image built, with what the
-// chart's DaemonSet asks of the runtime: the node's network, the chart's user and group, a read-only root filesystem,
-// every capability dropped, no privilege escalation. It becomes ready (the chart's readiness probe, /readyz on its
-// health port, which TakeOver waits for) and serves the exposure.
-func TestPodRunsTheImageAsTheChartSays(t *testing.T) {
-	exp := fixtureExposure(t, "image")
-	pod := runExtensionPod(t)
-	out, err := node.Output(context.Background(), "container", "inspect", pod.Container)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var containers []struct {
-		ImageName  string
-		Image      string
-		Config     struct{ User string }
-		HostConfig struct {
-			ReadonlyRootfs bool
-			CapDrop        []string
-			CapAdd         []string
-			SecurityOpt    []string
-			NetworkMode    string
-		}
-	}
-	if err := json.Unmarshal([]byte(out), &containers); err != nil || len(containers) != 1 {
-		t.Fatalf("podman container inspect %s: %v\n%s", pod.Container, err, out)
-	}
-	inspected := containers[0]
-	h := inspected.HostConfig
-	if inspected.ImageName != testenv.ImageRepository+":"+built.Tag || inspected.Config.User != "65532:65532" || !h.ReadonlyRootfs ||
-		len(h.CapAdd) != 0 || !slices.Contains(h.SecurityOpt, "no-new-privileges") || !strings.HasPrefix(h.NetworkMode, "ns:/run/netns/") {
-		t.Errorf("the extension's container: image %s, user %q, read-only root %t, capabilities added %v, security options %v, network %s; want %s:%s, 65532:65532, read-only, none, no-new-privileges, the node's",
-			inspected.ImageName, inspected.Config.User, h.ReadonlyRootfs, h.CapAdd, h.SecurityOpt, h.NetworkMode, testenv.ImageRepository, built.Tag)
-	}
-	ctx := context.Background()
-	if err := env.Client.Create(ctx, exp); err != nil {
-		t.Fatal(err)
-	}
-	waitUntilPublished(t, exp, all(true), "EndpointsReady")
-	// Gone before the pod is: its probes would hold connections that other cases count.
-	deleteExposure(t, exp)
 }
 
 // exposureOfExtensionPod hands the exposure controller to the extension run as its chart's pod on cp-0, with Cilium's
