@@ -179,7 +179,9 @@ func TestEndpointOutAndBack(t *testing.T) {
 	}
 
 	servers[1].status.Store(http.StatusServiceUnavailable)
-	waitFor(t, "the endpoint answering 503 is out", func() bool { return !r.State(all[1]).Ready })
+	// The prober stores the state first and then sets the metrics and reports the change (observe): what the test
+	// reads last is the report.
+	waitFor(t, "the endpoint answering 503 is out and reported", func() bool { return !r.State(all[1]).Ready && len(c.all()) == 1 })
 	if s := r.State(all[1]); !strings.Contains(s.Reason, "503") || !strings.Contains(s.Reason, "etcd failed") {
 		t.Errorf("reason %q, want the answer of /readyz", s.Reason)
 	}
@@ -194,7 +196,7 @@ func TestEndpointOutAndBack(t *testing.T) {
 		t.Errorf("metric endpoint_ready of the endpoint out: %v", got)
 	}
 	servers[1].status.Store(http.StatusOK)
-	waitFor(t, "the endpoint is back", func() bool { return r.State(all[1]).Ready })
+	waitFor(t, "the endpoint is back and reported", func() bool { return r.State(all[1]).Ready && len(c.all()) == 2 })
 	for to, want := range map[string]float64{"not-ready": 1, "ready": 1} {
 		if got := testutil.ToFloat64(endpointTransitions.WithLabelValues(PurposeEndpoints, all[1], to)); got != want {
 			t.Errorf("metric transitions_total to %s: %v, want %v", to, got, want)
