@@ -28,24 +28,16 @@ func (d *demo) extensionFromImage(ctx context.Context) (giveBack func() error, e
 	step("Building the extension's image as make image does (linux/%s only) and running it with podman as its chart's pod on "+
 		"cp-0 (%s), in the nodes' network, with the pod's token and CA and the chart's security context", runtime.GOARCH, fixtures.ControlPlaneIPs[0])
 	dir := filepath.Join(d.env.Dir, "extension-image")
-	built, err := image.Build(ctx, filepath.Join(dir, "build"))
+	built, podman, err := d.sandbox.UseExtensionImage(ctx, dir)
 	if err != nil {
 		return nil, err
 	}
-	podman, err := image.NewRuntime(filepath.Join(dir, "podman"))
-	if err != nil {
-		return nil, err
-	}
-	ref := testenv.ImageRepository + ":" + built.Tag
-	if err := podman.Load(ctx, built, ref); err != nil {
-		return nil, err
-	}
-	d.sandbox.UseImages(podman, ref)
 	pod, back, err := d.sandbox.TakeOver(ctx, d.env, "cp-0", fixtures.ControlPlaneIPs[0], dir, filepath.Join(d.env.Dir, "extension-pod.log"))
 	if err != nil {
 		return nil, err
 	}
-	step("   image %s (index %s) in container %s: ready; the process stopped, so the pod leads and kube-apiserver calls its webhooks", ref, built.Index, pod.Container)
+	step("   image %s:%s (index %s) in container %s: ready; the process stopped, so the pod leads and kube-apiserver calls its webhooks",
+		testenv.ImageRepository, built.Tag, built.Index, pod.Container)
 	return sync.OnceValue(func() error {
 		err := back()
 		_ = podman.Reset()

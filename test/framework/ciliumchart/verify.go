@@ -34,10 +34,10 @@ var (
 	clientTimeouts = map[string]string{cilium.EnvHTTP2ReadIdleTimeout: "4", cilium.EnvHTTP2PingTimeout: "4", cilium.EnvClientConnectionTimeout: "6s"}
 )
 
-// VerifyPinned compares a mutated pod spec with the rendered one and lists what is wrong: what VerifyEnv checks; that
-// hostAliases resolve apiserverendpoints.ServerName to exactly hostAliases (none if empty); that the endpoints volume
-// is there exactly when a container gets a kubeconfig; and that every other field is exactly as rendered.
-func VerifyPinned(mutated, rendered *corev1.PodSpec, want Want, hostAliases []string, configMaps map[string]map[string]string) []string {
+// VerifyAdmitted compares a pod spec as kube-apiserver admitted it (defaults set) with the rendered one and lists what
+// is wrong: what VerifyEnv checks, and that hostAliases resolve apiserverendpoints.ServerName to exactly hostAliases
+// (none if empty).
+func VerifyAdmitted(mutated, rendered *corev1.PodSpec, want Want, hostAliases []string, configMaps map[string]map[string]string) []string {
 	problems := VerifyEnv(mutated, rendered, want, configMaps)
 	var resolved []string
 	for _, a := range mutated.HostAliases {
@@ -48,6 +48,14 @@ func VerifyPinned(mutated, rendered *corev1.PodSpec, want Want, hostAliases []st
 	if !slices.Equal(slices.Sorted(slices.Values(resolved)), slices.Sorted(slices.Values(hostAliases))) {
 		problems = append(problems, fmt.Sprintf("hostAliases resolve %s to %v, want %v", apiserverendpoints.ServerName, resolved, hostAliases))
 	}
+	return problems
+}
+
+// VerifyPinned compares a mutated pod spec with the rendered one and lists what is wrong: what VerifyAdmitted checks;
+// that the endpoints volume is there exactly when a container gets a kubeconfig; and that every other field is exactly
+// as rendered.
+func VerifyPinned(mutated, rendered *corev1.PodSpec, want Want, hostAliases []string, configMaps map[string]map[string]string) []string {
+	problems := VerifyAdmitted(mutated, rendered, want, hostAliases, configMaps)
 	renderedContainers := slices.Concat(rendered.InitContainers, rendered.Containers)
 	mutatedContainers := slices.Concat(mutated.InitContainers, mutated.Containers)
 	if len(renderedContainers) != len(mutatedContainers) {

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -52,14 +51,9 @@ func (c *Cluster) runExtension(ctx context.Context) error {
 	if err := c.env.Client.Get(ctx, client.ObjectKey{Namespace: testenv.ExtensionNamespace, Name: testenv.ServiceAccountName}, daemonSet); err != nil {
 		return err
 	}
-	var port string
-	for _, p := range daemonSet.Spec.Template.Spec.Containers[0].Ports {
-		if p.Name == "webhook-server" {
-			port = strconv.Itoa(int(p.ContainerPort))
-		}
-	}
-	if port == "" {
-		return fmt.Errorf("the extension's DaemonSet names no webhook-server port")
+	port, err := podrun.WebhookServerPort(&daemonSet.Spec.Template.Spec)
+	if err != nil {
+		return err
 	}
 	address := c.env.Extensions().WebhookAddress()
 	c.env.Extensions().Stop(ctx, false)

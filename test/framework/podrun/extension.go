@@ -77,16 +77,11 @@ func (s *Sandbox) TakeOver(ctx context.Context, env *testenv.Env, node, podIP, d
 		return nil, nil, err
 	}
 	c.Dir, c.LogPath = dir, logPath
-	var webhookPort int32
-	for _, p := range c.Pod.Spec.Containers[0].Ports {
-		if p.Name == "webhook-server" {
-			webhookPort = p.ContainerPort
-		}
+	webhookPort, err := WebhookServerPort(&c.Pod.Spec)
+	if err != nil {
+		return nil, nil, err
 	}
-	if webhookPort == 0 {
-		return nil, nil, fmt.Errorf("the extension's pod names no webhook-server port")
-	}
-	route := NewRoute(env.Extensions().WebhookAddress(), s.ns, net.JoinHostPort(podIP, strconv.Itoa(int(webhookPort))))
+	route := NewRoute(env.Extensions().WebhookAddress(), s.ns, net.JoinHostPort(podIP, webhookPort))
 	env.Extensions().Stop(ctx, false)
 	if err := route.Start(); err != nil {
 		return nil, nil, errors.Join(fmt.Errorf("the route to the pod's webhook server: %w", err), env.Extensions().StartAgain())
@@ -105,6 +100,17 @@ func (s *Sandbox) TakeOver(ctx context.Context, env *testenv.Env, node, podIP, d
 		return nil, nil, errors.Join(fmt.Errorf("the extension pod is not ready: %w\n%s", err, started.LogTail(40)), giveBack())
 	}
 	return started, giveBack, nil
+}
+
+// WebhookServerPort is the port of the extension's pod spec on which it serves its webhooks: its chart's container
+// port webhook-server, which the Service's targetPort names.
+func WebhookServerPort(spec *corev1.PodSpec) (string, error) {
+	for _, p := range spec.Containers[0].Ports {
+		if p.Name == "webhook-server" {
+			return strconv.Itoa(int(p.ContainerPort)), nil
+		}
+	}
+	return "", fmt.Errorf("the extension's pod names no webhook-server port")
 }
 
 // StoredExtensionPod is the pod of the extension's daemonSet bound to node that is not being deleted, nil when there

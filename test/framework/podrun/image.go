@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -26,6 +27,27 @@ func (s *Sandbox) UseImages(rt image.Runtime, refs ...string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.images, s.imageRefs = &rt, refs
+}
+
+// UseExtensionImage builds the extension's image as make image does (this machine's architecture) under dir, loads it
+// into a podman runtime of its own there under the name the chart gives it (testenv.ImageRepository and VERSION), as a
+// node holds it once pulled, and makes s run the extension's containers from it (UseImages). The caller resets the
+// runtime.
+func (s *Sandbox) UseExtensionImage(ctx context.Context, dir string) (image.Layout, image.Runtime, error) {
+	built, err := image.Build(ctx, filepath.Join(dir, "image"))
+	if err != nil {
+		return built, image.Runtime{}, err
+	}
+	rt, err := image.NewRuntime(filepath.Join(dir, "podman"))
+	if err != nil {
+		return built, rt, err
+	}
+	ref := testenv.ImageRepository + ":" + built.Tag
+	if err := rt.Load(ctx, built, ref); err != nil {
+		return built, rt, errors.Join(err, rt.Reset())
+	}
+	s.UseImages(rt, ref)
+	return built, rt, nil
 }
 
 // startImage runs the container from its image with podman, as kubelet and a container runtime run it on a node: in

@@ -56,14 +56,11 @@ func installChecks(t *testing.T) [][]string {
 }
 
 // checkAsInstallSays runs the guide's checks with kubectl (built from the Kubernetes release of kube-apiserver) on the
-// cluster in which the extension's image runs as cp-0's pod and the exposure exp has succeeded, with Cilium's agent
-// pods of cp-0 and worker-0 admitted and bound, and checks that each prints what the guide says it shows.
-func checkAsInstallSays(t *testing.T, exp client.Object) {
+// cluster in which the extension's image runs as cp-0's pod and the exposure exp has succeeded, with the agent pods of
+// networking-cilium's chart (rendered) for cp-0 and worker-0 admitted and bound, and checks that each prints what the
+// guide says it shows.
+func checkAsInstallSays(t *testing.T, rendered *ciliumchart.Objects, exp client.Object) {
 	ctx := context.Background()
-	rendered, err := ciliumchart.RenderGardener(ciliumchart.GardenerVersion, ciliumchart.GardenerValues(ciliumchart.GardenerVersion))
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, node := range []string{"cp-0", "worker-0"} {
 		// As the DaemonSet controller creates the pod and the scheduler binds it.
 		pod := ciliumchart.DaemonSetPod(rendered.Agent, node)

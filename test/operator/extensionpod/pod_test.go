@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"slices"
@@ -47,10 +46,14 @@ func TestPodRunsTheImageAsTheChartSays(t *testing.T) {
 		t.Fatal(errors.Join(err, env.Extensions().StartAgain()))
 	}
 	pod := runExtensionPod(t)
+	rendered, err := ciliumchart.RenderGardener(ciliumchart.GardenerVersion, ciliumchart.GardenerValues(ciliumchart.GardenerVersion))
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	t.Run("as the chart's DaemonSet asks", func(t *testing.T) { inspectContainer(t, pod) })
 	t.Run("registers its webhooks", func(t *testing.T) { waitForWebhooks(t) })
-	t.Run("admits Cilium's pods through kube-apiserver", admitsCiliumPods)
+	t.Run("admits Cilium's pods through kube-apiserver", func(t *testing.T) { admitsCiliumPods(t, rendered) })
 	t.Run("serves /healthz and authorized /metrics", servesHealthAndMetrics)
 	t.Run("exposes kube-apiserver with Cilium's operator", func(t *testing.T) {
 		exp := fixtureExposure(t, "image")
@@ -63,7 +66,7 @@ func TestPodRunsTheImageAsTheChartSays(t *testing.T) {
 		} else if len(exp.Status.Ingress) != 1 || exp.Status.Ingress[0].IP != fixtures.ExposureVIP {
 			t.Errorf("status.ingress %+v, want the VIP %s that the operator's LB-IPAM assigned", exp.Status.Ingress, fixtures.ExposureVIP)
 		}
-		t.Run("as docs/usage/install.md checks it, with kubectl", func(t *testing.T) { checkAsInstallSays(t, exp) })
+		t.Run("as docs/usage/install.md checks it, with kubectl", func(t *testing.T) { checkAsInstallSays(t, rendered, exp) })
 		// Gone before the pod is: its probes would hold connections that other cases count.
 		deleteExposure(t, exp)
 	})
@@ -121,14 +124,10 @@ func waitForWebhooks(t *testing.T) {
 	}
 }
 
-// admitsCiliumPods creates the pods of networking-cilium's agent DaemonSet for cp-0 and worker-0 (dry run) through
+// admitsCiliumPods creates the pods of networking-cilium's agent DaemonSet (rendered) for cp-0 and worker-0 (dry run) through
 // kube-apiserver, which calls the pod's webhook server, the only one running: they come back pinned, cp-0's to its
 // own kube-apiserver, worker-0's to the control-plane nodes.
-func admitsCiliumPods(t *testing.T) {
-	rendered, err := ciliumchart.RenderGardener(ciliumchart.GardenerVersion, ciliumchart.GardenerValues(ciliumchart.GardenerVersion))
-	if err != nil {
-		t.Fatal(err)
-	}
+func admitsCiliumPods(t *testing.T, rendered *ciliumchart.Objects) {
 	for _, tc := range []struct {
 		node    string
 		want    ciliumchart.Want
@@ -150,17 +149,7 @@ func admitsCiliumPods(t *testing.T) {
 			if err := env.Client.Get(ctx, client.ObjectKey{Namespace: cilium.Namespace, Name: apiserverendpoints.ConfigMapName}, cm); err != nil {
 				return false, err
 			}
-			problems = ciliumchart.VerifyEnv(&pod.Spec, &template.Spec, tc.want, map[string]map[string]string{cm.Name: cm.Data})
-			var resolved []string
-			for _, a := range pod.Spec.HostAliases {
-				if slices.Contains(a.Hostnames, apiserverendpoints.ServerName) {
-					resolved = append(resolved, a.IP)
-				}
-			}
-			slices.Sort(resolved)
-			if !slices.Equal(resolved, tc.aliases) {
-				problems = append(problems, fmt.Sprintf("hostAliases resolve %s to %v, want %v", apiserverendpoints.ServerName, resolved, tc.aliases))
-			}
+			problems = ciliumchart.VerifyAdmitted(&pod.Spec, &template.Spec, tc.want, tc.aliases, map[string]map[string]string{cm.Name: cm.Data})
 			return len(problems) == 0, nil
 		}); err != nil {
 			t.Errorf("the agent's pod on %s as kube-apiserver admitted it: %v (%v)", tc.node, problems, err)

@@ -11,7 +11,6 @@ import (
 	"context"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 
@@ -87,21 +86,11 @@ func setup(ctx context.Context, e *testenv.Env) (func(), error) {
 		sandbox.Close()
 		stopCilium()
 	}
-	// The image of the chart's DaemonSet, as a node holds it once pulled.
-	if built, err = image.Build(ctx, filepath.Join(e.Dir, "image")); err != nil {
+	// The image of the chart's DaemonSet, as cp-0 holds it once pulled.
+	if built, node, err = sandbox.UseExtensionImage(ctx, e.Dir); err != nil {
 		cleanup()
 		return nil, err
 	}
-	if node, err = image.NewRuntime(filepath.Join(e.Dir, "podman")); err != nil {
-		cleanup()
-		return nil, err
-	}
-	ref := testenv.ImageRepository + ":" + built.Tag
-	if err := node.Load(ctx, built, ref); err != nil {
-		cleanup()
-		return nil, err
-	}
-	sandbox.UseImages(node, ref)
 	cleanup = func() {
 		sandbox.Close()
 		_ = node.Reset()
