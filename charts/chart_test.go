@@ -215,8 +215,8 @@ func TestAdmissionPoliciesKeepCiliumPinned(t *testing.T) {
 	objs := render(t, selfHostedValues(t, fixtures.Shoot(true)))
 	policies := find[*admissionregistrationv1.ValidatingAdmissionPolicy](objs)
 	bindings := find[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](objs)
-	if len(policies) != 9 || len(bindings) != 9 {
-		t.Fatalf("%d policies, %d bindings, want 9 each (two keep Cilium pinned, one fixes the endpoints ConfigMap, six confine the extension's writes)", len(policies), len(bindings))
+	if len(policies) != 11 || len(bindings) != 11 {
+		t.Fatalf("%d policies, %d bindings, want 11 each (two keep Cilium pinned, one fixes the endpoints ConfigMap, six confine the extension's writes, two guard Nodes)", len(policies), len(bindings))
 	}
 	var text strings.Builder
 	for i, p := range policies {

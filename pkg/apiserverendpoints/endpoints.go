@@ -113,7 +113,8 @@ func IsControlPlaneNode(node *corev1.Node) bool {
 // Any kubelet may register its Node with any taint, the control-plane one included (NodeRestriction checks only the
 // labels of a Node being created: k8s.io/kubernetes plugin/pkg/admission/noderestriction/admission.go admitNode),
 // but not with that label, which gardener-node-agent sets and by which Gardener itself selects the control-plane
-// Nodes (pkg/gardenlet/controller/shoot/selfhostedshootexposure/reconciler.go).
+// Nodes (pkg/gardenlet/controller/shoot/selfhostedshootexposure/reconciler.go); the chart's policy
+// -guard-control-plane-membership keeps everyone else from changing it or a member's addresses.
 func IsMember(node *corev1.Node) bool {
 	_, ok := node.Labels[v1beta1constants.LabelNodeRoleControlPlane]
 	return ok

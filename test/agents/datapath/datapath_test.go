@@ -2,13 +2,17 @@ package datapath
 
 import (
 	"context"
+	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumnodes"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/podrun"
 )
@@ -35,10 +39,37 @@ func TestAgentsReady(t *testing.T) {
 				}
 				for _, n := range l.cluster.Nodes() {
 					assertConnections(t, l.cluster, n, pods[n.Name])
+					assertCiliumWroteItsNode(t, l.env.Client, n.Name)
 				}
 			})
 		}
 	})
+}
+
+// assertCiliumWroteItsNode: cilium-operator has marked the node's network available (operator/watchers
+// node_taint.go) and, where cilium-config asks for it (annotate-k8s-node: networking-cilium's chart does, upstream's
+// by default not), the node's agent has annotated its Node (pkg/k8s annotate.go, through the status subresource with
+// its pod's token): both through the chart's policies on Node writes, which refuse anything else of theirs.
+func assertCiliumWroteItsNode(t *testing.T, c client.Client, name string) {
+	t.Helper()
+	config := &corev1.ConfigMap{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: cilium.Namespace, Name: cilium.ConfigMapName}, config); err != nil {
+		t.Fatal(err)
+	}
+	annotates := config.Data["annotate-k8s-node"] == "true"
+	node := &corev1.Node{}
+	if err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+			return false, err
+		}
+		annotated := slices.ContainsFunc(slices.Collect(maps.Keys(node.Annotations)), func(k string) bool { return strings.HasPrefix(k, "network.cilium.io/") })
+		available := slices.ContainsFunc(node.Status.Conditions, func(c corev1.NodeCondition) bool {
+			return c.Type == corev1.NodeNetworkUnavailable && c.Status == corev1.ConditionFalse && c.Reason == "CiliumIsUp"
+		})
+		return (annotated || !annotates) && available, nil
+	}); err != nil {
+		t.Errorf("Node %s: annotations %v, conditions %v, want the operator's NetworkUnavailable False and, with annotate-k8s-node %t, the agent's network.cilium.io/ annotations: %v", name, node.Annotations, node.Status.Conditions, annotates, err)
+	}
 }
 
 func assertConnections(t *testing.T, c *ciliumnodes.Cluster, n *ciliumnodes.Node, pod *corev1.Pod) {

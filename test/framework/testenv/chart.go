@@ -71,9 +71,9 @@ func (e *Env) InstallChart(ctx context.Context, webhookURL string) (string, erro
 	if err != nil {
 		return "", err
 	}
+	extension := ServiceAccount(ExtensionNamespace, ServiceAccountName, "")
 	for _, user := range config.AuthInfos {
-		user.Impersonate = "system:serviceaccount:" + ExtensionNamespace + ":" + ServiceAccountName
-		user.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + ExtensionNamespace, "system:authenticated"}
+		user.Impersonate, user.ImpersonateGroups = extension.User, extension.Groups
 	}
 	path := filepath.Join(e.Dir, extensionKubeconfig)
 	return path, clientcmd.WriteToFile(*config, path)
@@ -117,9 +117,10 @@ func (e *Env) StillForbidden(ctx context.Context, lines []string) []string {
 		if n := refusedName.FindStringSubmatch(line); n != nil {
 			name = n[1]
 		}
+		extension := ServiceAccount(ExtensionNamespace, ServiceAccountName, "")
 		review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User:   "system:serviceaccount:" + ExtensionNamespace + ":" + ServiceAccountName,
-			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ExtensionNamespace, "system:authenticated"},
+			User:   extension.User,
+			Groups: extension.Groups,
 			ResourceAttributes: &authorizationv1.ResourceAttributes{
 				Verb: m[1], Resource: resource, Subresource: subresource, Group: m[3], Namespace: m[4], Name: name,
 			},

@@ -93,6 +93,9 @@ type Options struct {
 	// Prerequisites are what the suite needs from the machine besides the control plane: RunSuite checks them, and the
 	// envtest assets, before it starts anything.
 	Prerequisites []Prerequisite
+	// NodeRestriction authorizes kubelets as a cluster does (the Node authorizer before RBAC) and admits their Node
+	// writes through the NodeRestriction plugin, which Gardener's kube-apiserver enables and envtest does not.
+	NodeRestriction bool
 }
 
 func ciliumCRDPaths() ([]string, error) {
@@ -203,6 +206,10 @@ func (e *Env) configureControlPlane(opts Options) error {
 	// kube-apiserver advertises the machine's own address; a documentation address (TEST-NET-2) that no route leads to
 	// keeps whatever dials the ClusterIP off the machine's network. Loopback is not allowed in an endpoint.
 	apiServer.Configure().Set("advertise-address", AdvertiseAddress)
+	if opts.NodeRestriction {
+		apiServer.Configure().Set("authorization-mode", "Node,RBAC")
+		apiServer.Configure().Set("enable-admission-plugins", "NodeRestriction")
+	}
 	// kubelet's grace period for kube-apiserver, as Gardener's pod sets it (terminationGracePeriodSeconds: 30 in
 	// pkg/component/kubernetes/apiserver/deployment.go): clients that hold watches over HTTP/2 keep a stopping
 	// kube-apiserver in its graceful shutdown for up to its request timeout (60 s), and kubelet kills it before that.
