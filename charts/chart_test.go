@@ -215,8 +215,8 @@ func TestAdmissionPoliciesKeepCiliumPinned(t *testing.T) {
 	objs := render(t, selfHostedValues(t, fixtures.Shoot(true)))
 	policies := find[*admissionregistrationv1.ValidatingAdmissionPolicy](objs)
 	bindings := find[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](objs)
-	if len(policies) != 11 || len(bindings) != 11 {
-		t.Fatalf("%d policies, %d bindings, want 11 each (two keep Cilium pinned, one fixes the endpoints ConfigMap, six confine the extension's writes, two guard Nodes)", len(policies), len(bindings))
+	if len(policies) != 12 || len(bindings) != 12 {
+		t.Fatalf("%d policies, %d bindings, want 12 each (two keep Cilium pinned, one fixes the endpoints ConfigMap, six confine the extension's writes, two guard Nodes, one Cilium's leases)", len(policies), len(bindings))
 	}
 	var text strings.Builder
 	for i, p := range policies {
@@ -556,6 +556,19 @@ func TestLeaseNamed(t *testing.T) {
 	}
 	if want := extensionscmdcontroller.LeaderElectionNameID(app.ExtensionName); !slices.Equal(named, []string{want}) {
 		t.Errorf("leases named %v, want %s", named, want)
+	}
+}
+
+// TestLeasePolicyNamesTheExposuresLeases: the extension may write only the L2 announcement leases of the exposures'
+// Services, by the names Cilium gives them.
+func TestLeasePolicyNamesTheExposuresLeases(t *testing.T) {
+	prefix := cilium.L2AnnouncementLeaseName(cilium.Namespace, resources.ServiceName(""))
+	var text strings.Builder
+	for _, v := range policy(t, "-confine-lease-writes").Spec.Validations {
+		text.WriteString(v.Expression + "\n")
+	}
+	if !strings.Contains(text.String(), "request.name.startsWith('"+prefix+"')") {
+		t.Errorf("the lease policy does not confine the extension to the leases named %s*:\n%s", prefix, text.String())
 	}
 }
 

@@ -31,12 +31,17 @@ func Kubelet(node string) Identity {
 	return Identity{User: "system:node:" + node, Groups: []string{"system:nodes", "system:authenticated"}}
 }
 
-// ClientAs is a client that sends every request as id, impersonated by the test's admin.
-func (e *Env) ClientAs(id Identity) (client.Client, error) {
+// ConfigAs is the test's admin configuration impersonating id.
+func (e *Env) ConfigAs(id Identity) *rest.Config {
 	config := rest.CopyConfig(e.Config)
 	config.Impersonate = rest.ImpersonationConfig{UserName: id.User, Groups: id.Groups}
 	if id.Node != "" {
 		config.Impersonate.Extra = map[string][]string{NodeNameExtra: {id.Node}}
 	}
-	return client.New(config, client.Options{Scheme: e.Client.Scheme()})
+	return config
+}
+
+// ClientAs is a client that sends every request as id, impersonated by the test's admin.
+func (e *Env) ClientAs(id Identity) (client.Client, error) {
+	return client.New(e.ConfigAs(id), client.Options{Scheme: e.Client.Scheme()})
 }

@@ -1,4 +1,4 @@
-package nodewrites_test
+package hostileworker_test
 
 import (
 	"context"

@@ -1,7 +1,8 @@
-// Package nodewrites_test checks who may change what on the self-hosted shoot's Nodes: the chart's admission policies
-// against the tokens root on one worker holds (Cilium's agent and operator, node-problem-detector, with the RBAC
-// networking-cilium's chart and Gardener give them), beside the writes Gardener, kubelet and Cilium really make.
-package nodewrites_test
+// Package hostileworker_test checks what root on one worker can write on the self-hosted shoot with the tokens it
+// holds (Cilium's agent and operator, node-problem-detector, the node's kubelet and gardener-node-agent, each with
+// the RBAC networking-cilium's chart and Gardener give it) against the chart's admission policies, beside the writes
+// Gardener, kubelet and Cilium really make.
+package hostileworker_test
 
 import (
 	"context"
