@@ -21,6 +21,7 @@ import (
 
 	extensionscmdcontroller "github.com/gardener/gardener/extensions/pkg/controller/cmd"
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
+	kubeapiserverconstants "github.com/gardener/gardener/pkg/component/kubernetes/apiserver/constants"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/charts"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/cmd/gardener-extension-cilium-selfhosted/app"
@@ -569,6 +570,21 @@ func TestLeasePolicyNamesTheExposuresLeases(t *testing.T) {
 	}
 	if !strings.Contains(text.String(), "request.name.startsWith('"+prefix+"')") {
 		t.Errorf("the lease policy does not confine the extension to the leases named %s*:\n%s", prefix, text.String())
+	}
+}
+
+// TestPortsPinnedToKubeAPIServers: an exposure's Service and EndpointSlices carry kube-apiserver's port, the one
+// Gardener writes into the exposure's spec.port, and nothing else.
+func TestPortsPinnedToKubeAPIServers(t *testing.T) {
+	var text strings.Builder
+	for _, v := range policy(t, "-confine-writes").Spec.Validations {
+		text.WriteString(v.Expression + "\n")
+	}
+	port := strconv.Itoa(kubeapiserverconstants.Port)
+	for _, want := range []string{"object.spec.ports[0].port == " + port + " ", "object.ports[0].?port.orValue(0) == " + port + " "} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("the writes policy does not hold %q:\n%s", want, text.String())
+		}
 	}
 }
 

@@ -2,6 +2,15 @@
 gardener-extension-cilium-selfhosted
 {{- end -}}
 
+{{- /*
+apiserverPort: kube-apiserver's port on a self-hosted shoot, which Gardener writes into every exposure's spec.port
+(pkg/component/kubernetes/apiserver/constants Port, pkg/component/extensions/selfhostedshootexposure); a test holds
+them equal.
+*/ -}}
+{{- define "apiserverPort" -}}
+443
+{{- end -}}
+
 {{- define "labels" -}}
 app.kubernetes.io/name: {{ include "name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
