@@ -123,8 +123,8 @@ func stolenSlicesAndServices(l2 *resources.Objects) map[string]client.Object {
 			s.Spec.Ports[0].Port, s.Spec.Ports[0].TargetPort = 10250, intstr.FromInt32(10250)
 		}),
 		"a slice to etcd's peer port": changed(l2.EndpointSlices[0], func(s *discoveryv1.EndpointSlice) { s.Ports[0].Port = new(int32(2380)) }),
-		"a Service with external IPs":                svc(func(s *corev1.Service) { s.Spec.ExternalIPs = []string{"198.51.100.250"} }),
-		"a Service with a selector":                  svc(func(s *corev1.Service) { s.Spec.Selector = map[string]string{"k8s-app": "kube-dns"} }),
+		"a Service with external IPs": svc(func(s *corev1.Service) { s.Spec.ExternalIPs = []string{"198.51.100.250"} }),
+		"a Service with a selector":   svc(func(s *corev1.Service) { s.Spec.Selector = map[string]string{"k8s-app": "kube-dns"} }),
 		"a ClusterIP Service": svc(func(s *corev1.Service) {
 			s.Spec.Type, s.Spec.LoadBalancerClass, s.Spec.AllocateLoadBalancerNodePorts, s.Spec.ExternalTrafficPolicy = corev1.ServiceTypeClusterIP, nil, nil, ""
 		}),
