@@ -1,6 +1,7 @@
 package charts_test
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -216,8 +217,8 @@ func TestAdmissionPoliciesKeepCiliumPinned(t *testing.T) {
 	objs := render(t, selfHostedValues(t, fixtures.Shoot(true)))
 	policies := find[*admissionregistrationv1.ValidatingAdmissionPolicy](objs)
 	bindings := find[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](objs)
-	if len(policies) != 12 || len(bindings) != 12 {
-		t.Fatalf("%d policies, %d bindings, want 12 each (two keep Cilium pinned, one fixes the endpoints ConfigMap, six confine the extension's writes, two guard Nodes, one Cilium's leases)", len(policies), len(bindings))
+	if len(policies) != 13 || len(bindings) != 13 {
+		t.Fatalf("%d policies, %d bindings, want 13 each (two keep Cilium pinned, one fixes the endpoints ConfigMap, seven confine the extension's writes, two guard Nodes, one Cilium's leases)", len(policies), len(bindings))
 	}
 	var text strings.Builder
 	for i, p := range policies {
@@ -263,6 +264,16 @@ func TestWebhookConfigurationPolicyNamesTheWebhooks(t *testing.T) {
 	for _, name := range append(slices.Clone(apiserveraccess.WebhookNames), ".cilium-selfhosted.extensions.gardener.cloud") {
 		if !strings.Contains(text.String(), "'"+name+"'") {
 			t.Errorf("the policy does not name %s:\n%s", name, text.String())
+		}
+	}
+	// The object selectors and the timeout the extension registers (webhook/apiserveraccess add.go).
+	for _, want := range []string{
+		fmt.Sprintf("{'%s': '%s', '%s': '%s'}", apiserveraccess.AgentWebhookName, cilium.LabelKeyApp, apiserveraccess.OperatorWebhookName, cilium.LabelKeyOperator),
+		fmt.Sprintf("{'%s': ['%s', '%s'], '%s': ['%s']}", apiserveraccess.AgentWebhookName, cilium.LabelValueAgent, cilium.LabelValueEnvoy, apiserveraccess.OperatorWebhookName, cilium.LabelValueOperator),
+		fmt.Sprintf("w.?timeoutSeconds.orValue(10) == %d ", apiserveraccess.TimeoutSeconds),
+	} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("the policy does not hold %s:\n%s", want, text.String())
 		}
 	}
 }

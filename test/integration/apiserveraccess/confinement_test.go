@@ -86,9 +86,9 @@ func TestExtensionWritesOnlyWhatItOwns(t *testing.T) {
 
 // TestExtensionWritesOnlyItsOwnWebhooks: with the extension's own identity, its MutatingWebhookConfiguration (which
 // RBAC lets it patch by name) can take only the webhooks the extension writes: one on Secrets, one that calls another
-// server, one for every namespace, one that fails closed, one under another name and one with match conditions of
-// its own are refused by the chart's policy, while its webhooks as they are pass (TestCARotation rotates the CA
-// bundle under the policy).
+// server, one for every namespace, one that fails closed, one under another name, one with match conditions of its
+// own, none, one dropped, one with another timeout, side effects, match policy or object selector are refused by the
+// chart's policy (kube-apiserver itself refuses a webhook twice and side effects Unknown), while its webhooks as they are pass (TestCARotation rotates the CA bundle under the policy).
 func TestExtensionWritesOnlyItsOwnWebhooks(t *testing.T) {
 	ctx := context.Background()
 	asExtension := env.ExtensionClient(t)
@@ -128,9 +128,29 @@ func TestExtensionWritesOnlyItsOwnWebhooks(t *testing.T) {
 			other.Name = "steal.example.com"
 			mwc.Webhooks = append(mwc.Webhooks, *other)
 		},
+		"no webhooks": func(mwc *admissionregistrationv1.MutatingWebhookConfiguration, _ *admissionregistrationv1.MutatingWebhook) {
+			mwc.Webhooks = nil
+		},
+		"a webhook dropped": func(mwc *admissionregistrationv1.MutatingWebhookConfiguration, _ *admissionregistrationv1.MutatingWebhook) {
+			mwc.Webhooks = mwc.Webhooks[1:]
+		},
+		"a webhook that waits 30 s": func(_ *admissionregistrationv1.MutatingWebhookConfiguration, w *admissionregistrationv1.MutatingWebhook) {
+			w.TimeoutSeconds = new(int32(30))
+		},
+		"a webhook with side effects outside dry runs": func(_ *admissionregistrationv1.MutatingWebhookConfiguration, w *admissionregistrationv1.MutatingWebhook) {
+			w.SideEffects = new(admissionregistrationv1.SideEffectClassNoneOnDryRun)
+		},
+		"a webhook matching equivalent kinds": func(_ *admissionregistrationv1.MutatingWebhookConfiguration, w *admissionregistrationv1.MutatingWebhook) {
+			w.MatchPolicy = new(admissionregistrationv1.Equivalent)
+		},
+		"webhooks for every object of their kinds": func(mwc *admissionregistrationv1.MutatingWebhookConfiguration, _ *admissionregistrationv1.MutatingWebhook) {
+			for i := range mwc.Webhooks {
+				mwc.Webhooks[i].ObjectSelector = &metav1.LabelSelector{}
+			}
+		},
 	} {
 		err := write(change)
-		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "may write into its webhook configuration only its own webhooks") {
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "gardener-extension-cilium-selfhosted-confine-webhook-configuration") {
 			t.Errorf("%s as the extension: %v, want a refusal by the chart's policy", what, err)
 		}
 	}

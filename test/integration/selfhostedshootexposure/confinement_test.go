@@ -16,11 +16,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	v1beta1constants "github.com/gardener/gardener/pkg/apis/core/v1beta1/constants"
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/network"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
 )
 
 // exposureObjects are the objects the extension builds for an exposure of the given name: announced by L2 or by BGP
@@ -189,4 +191,53 @@ func changed[T client.Object](obj T, change func(T)) client.Object {
 	c := obj.DeepCopyObject().(T)
 	change(c)
 	return c
+}
+
+// TestExtensionKeepsTheExposureAsGardenerWroteIt: with the extension's own identity, which RBAC lets update and patch
+// exposures in kube-system, an exposure's spec (its endpoints above all), labels, other finalizers and other
+// operations are refused by the chart's policy; its finalizer and a reconcile request pass (dry runs).
+func TestExtensionKeepsTheExposureAsGardenerWroteIt(t *testing.T) {
+	ctx := context.Background()
+	exp := fixtures.Exposure("kept-as-written", fixtures.Nodes())
+	exp.Spec.Type = "not-this-extension"
+	delete(exp.Annotations, v1beta1constants.GardenerOperation)
+	if err := env.Client.Create(ctx, exp); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), exp) })
+	asExtension := env.ExtensionClient(t)
+	patch := func(change func(*extensionsv1alpha1.SelfHostedShootExposure)) error {
+		changed := exp.DeepCopy()
+		change(changed)
+		return asExtension.Patch(ctx, changed, client.MergeFrom(exp), client.DryRunAll)
+	}
+	for what, change := range map[string]func(*extensionsv1alpha1.SelfHostedShootExposure){
+		"moving an endpoint": func(e *extensionsv1alpha1.SelfHostedShootExposure) {
+			e.Spec.Endpoints[0].Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.2.10"}}
+		},
+		"changing its port": func(e *extensionsv1alpha1.SelfHostedShootExposure) { e.Spec.Port = 10250 },
+		"labelling it":      func(e *extensionsv1alpha1.SelfHostedShootExposure) { e.Labels = map[string]string{"stolen": "true"} },
+		"adding a finalizer of another": func(e *extensionsv1alpha1.SelfHostedShootExposure) {
+			e.Finalizers = append(e.Finalizers, "example.com/keep-forever")
+		},
+		"asking for its migration": func(e *extensionsv1alpha1.SelfHostedShootExposure) {
+			metav1.SetMetaDataAnnotation(&e.ObjectMeta, v1beta1constants.GardenerOperation, v1beta1constants.GardenerOperationMigrate)
+		},
+	} {
+		if err := patch(change); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "confine-exposure-writes") {
+			t.Errorf("%s as the extension: %v, want a refusal by the chart's policy", what, err)
+		}
+	}
+	for what, change := range map[string]func(*extensionsv1alpha1.SelfHostedShootExposure){
+		"adding its finalizer": func(e *extensionsv1alpha1.SelfHostedShootExposure) {
+			e.Finalizers = append(e.Finalizers, "extensions.gardener.cloud/selfhostedshootexposure")
+		},
+		"asking for a reconciliation": func(e *extensionsv1alpha1.SelfHostedShootExposure) {
+			metav1.SetMetaDataAnnotation(&e.ObjectMeta, v1beta1constants.GardenerOperation, v1beta1constants.GardenerOperationReconcile)
+		},
+	} {
+		if err := patch(change); err != nil {
+			t.Errorf("%s as the extension: %v", what, err)
+		}
+	}
 }

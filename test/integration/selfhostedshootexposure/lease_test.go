@@ -69,7 +69,7 @@ func TestExtensionHandsLeasesOnlyToItsNode(t *testing.T) {
 		}, "spec.leaseDurationSeconds"},
 		{"label it", onCP1, announcement, func(l *coordinationv1.Lease) { l.Labels = map[string]string{"stolen": "true"} }, "only the holder and times"},
 		{"take kube-controller-manager's lease", onCP1, "kube-controller-manager", func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("cp-1") },
-			"only the L2 announcement leases of Cilium"},
+			"only the L2 announcement leases of the exposures"},
 		{"hand it over with a token bound to no pod", unbound, announcement, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("cp-1") }, "its token names no node"},
 	} {
 		err := update(tc.c, tc.lease, tc.change)
