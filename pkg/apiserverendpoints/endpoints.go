@@ -142,7 +142,8 @@ type ControlPlane struct {
 }
 
 // FromNodes collects the InternalIPs of the control-plane nodes among nodes, those of Ready nodes first. Other address
-// types are left out: a hostname or external name may resolve to the VIP.
+// types are left out: a hostname or external name may resolve to the VIP. So are addresses no other node can reach
+// (loopback, link-local, unspecified, multicast) and addresses with a zone, which a pod's hostAliases refuse.
 func FromNodes(nodes []corev1.Node) ControlPlane {
 	var ready, others []netip.Addr
 	for i := range nodes {
@@ -157,7 +158,7 @@ func FromNodes(nodes []corev1.Node) ControlPlane {
 			if a.Type != corev1.NodeInternalIP {
 				continue
 			}
-			if addr, err := netip.ParseAddr(a.Address); err == nil {
+			if addr, err := netip.ParseAddr(a.Address); err == nil && addr.Zone() == "" && addr.Unmap().IsGlobalUnicast() {
 				*part = append(*part, addr.Unmap())
 			}
 		}

@@ -106,6 +106,17 @@ func TestKubeconfig(t *testing.T) {
 	}
 }
 
+// TestFromNodesLeavesOutUnreachableAddresses: a control-plane node reporting a loopback, link-local, unspecified,
+// multicast or zoned InternalIP (written by whoever may write its status) contributes only its reachable address.
+func TestFromNodesLeavesOutUnreachableAddresses(t *testing.T) {
+	cp := FromNodes([]corev1.Node{node("cp", true,
+		internal("127.0.0.1"), internal("::1"), internal("169.254.10.1"), internal("fe80::1"), internal("fe80::1%eth0"),
+		internal("0.0.0.0"), internal("224.0.0.1"), internal("ff02::1"), internal("10.0.0.5"))})
+	if want := []string{"https://10.0.0.5:443"}; !slices.Equal(cp.URLs(), want) {
+		t.Errorf("URLs() = %v, want %v", cp.URLs(), want)
+	}
+}
+
 func TestFromNodesIPv6Only(t *testing.T) {
 	cp := FromNodes([]corev1.Node{node("cp", true, internal("fd00::1"))})
 	if !slices.Equal(cp.URLs(), []string{"https://[fd00::1]:443"}) {
