@@ -100,25 +100,29 @@ func TestLoadErrorsNameTheField(t *testing.T) {
 		families                    []gardencorev1beta1.IPFamily
 		want                        string
 	}{
-		"none":                    {"", "", ipv4, "shoot.spec.provider.workers[1].controlPlane.exposure.extension.providerConfig: Required"},
-		"unknown field":           {header + `"pool":{"cidrs":["203.0.113.10/32"]},"pools":[]}`, "", ipv4, `spec.providerConfig: decoding providerConfig: strict decoding error: unknown field "pools"`},
-		"no kind":                 {`{"pool":{"cidrs":["203.0.113.10/32"]}}`, "", ipv4, "spec.providerConfig: decoding providerConfig"},
-		"malformed":               {header + `"pool":`, "", ipv4, "spec.providerConfig: decoding providerConfig"},
-		"unknown announcement":    {header + `"announcement":"ARP","pool":{"cidrs":["203.0.113.10/32"]}}`, "", ipv4, `spec.providerConfig.announcement: Unsupported value: "ARP"`},
-		"empty pool":              {header + `"pool":{}}`, "", ipv4, "spec.providerConfig.pool: Required"},
-		"invalid CIDR":            {header + `"pool":{"cidrs":["203.0.113.300/32"]}}`, "", ipv4, "spec.providerConfig.pool.cidrs[0]: Invalid value"},
-		"host bits":               {header + `"pool":{"cidrs":["203.0.113.1/24"]}}`, "", ipv4, "did you mean 203.0.113.0/24"},
-		"range backwards":         {header + `"pool":{"ranges":[{"start":"203.0.113.20","stop":"203.0.113.10"}]}}`, "", ipv4, "spec.providerConfig.pool.ranges[0]"},
-		"range mixed":             {header + `"pool":{"ranges":[{"start":"203.0.113.20","stop":"2001:db8::1"}]}}`, "", ipv4, "different IP families"},
-		"pinned outside pool":     {header + `"pool":{"cidrs":["203.0.113.0/28"]},"loadBalancerIPs":["203.0.113.100"]}`, "", ipv4, "spec.providerConfig.loadBalancerIPs[0]: Invalid value: \"203.0.113.100\": not in the pool"},
-		"pinned twice":            {header + `"pool":{"cidrs":["203.0.113.0/28"]},"loadBalancerIPs":["203.0.113.1","203.0.113.2"]}`, "", ipv4, "spec.providerConfig.loadBalancerIPs[1]: Duplicate"},
-		"no IPv6 in pool":         {header + `"pool":{"cidrs":["203.0.113.0/28"]}}`, "", []gardencorev1beta1.IPFamily{"IPv4", "IPv6"}, "the pool has no IPv6 address"},
-		"BGP without section":     {header + `"announcement":"BGP","pool":{"cidrs":["203.0.113.0/28"]}}`, "", ipv4, "spec.providerConfig.bgp: Required"},
-		"BGP without ASN":         {header + `"announcement":"BGP","pool":{"cidrs":["203.0.113.0/28"]},"bgp":{"peers":[` + bgpPeer + `]}}`, "", ipv4, "spec.providerConfig.bgp.localASN: Required"},
-		"BGP without peers":       {header + `"announcement":"BGP","pool":{"cidrs":["203.0.113.0/28"]},"bgp":{"localASN":64512}}`, "", ipv4, "spec.providerConfig.bgp.peers: Required"},
-		"BGP bad peer":            {header + `"announcement":"BGP","pool":{"cidrs":["203.0.113.0/28"]},"bgp":{"localASN":64512,"peers":[{"name":"Tor","address":"x","asn":-1,"holdTimeSeconds":2}]}}`, "", ipv4, "spec.providerConfig.bgp.peers[0].address"},
-		"BGP bad community":       {header + `"announcement":"BGP","pool":{"cidrs":["203.0.113.0/28"]},"bgp":{"clusterConfigName":"dc","communities":{"standard":["70000:1"]}}}`, "", ipv4, "spec.providerConfig.bgp.communities.standard[0]"},
-		"L2 bad regex":            {header + `"pool":{"cidrs":["203.0.113.0/28"]},"l2":{"interfaces":["eth("]}}`, "", ipv4, "spec.providerConfig.l2.interfaces[0]"},
+		"none":                 {"", "", ipv4, "shoot.spec.provider.workers[1].controlPlane.exposure.extension.providerConfig: Required"},
+		"unknown field":        {header + `"pool":{"cidrs":["203.0.113.10/32"]},"pools":[]}`, "", ipv4, `spec.providerConfig: decoding providerConfig: strict decoding error: unknown field "pools"`},
+		"no kind":              {`{"pool":{"cidrs":["203.0.113.10/32"]}}`, "", ipv4, "spec.providerConfig: decoding providerConfig"},
+		"malformed":            {header + `"pool":`, "", ipv4, "spec.providerConfig: decoding providerConfig"},
+		"unknown announcement": {header + `"announcement":"ARP","pool":{"cidrs":["203.0.113.10/32"]}}`, "", ipv4, `spec.providerConfig.announcement: Unsupported value: "ARP"`},
+		"empty pool":           {header + `"pool":{}}`, "", ipv4, "spec.providerConfig.pool: Required"},
+		"invalid CIDR":         {header + `"pool":{"cidrs":["203.0.113.300/32"]}}`, "", ipv4, "spec.providerConfig.pool.cidrs[0]: Invalid value"},
+		"host bits":            {header + `"pool":{"cidrs":["203.0.113.1/24"]}}`, "", ipv4, "did you mean 203.0.113.0/24"},
+		"range backwards":      {header + `"pool":{"ranges":[{"start":"203.0.113.20","stop":"203.0.113.10"}]}}`, "", ipv4, "spec.providerConfig.pool.ranges[0]"},
+		"range mixed":          {header + `"pool":{"ranges":[{"start":"203.0.113.20","stop":"2001:db8::1"}]}}`, "", ipv4, "different IP families"},
+		"pinned outside pool":  {header + `"pool":{"cidrs":["203.0.113.0/28"]},"loadBalancerIPs":["203.0.113.100"]}`, "", ipv4, "spec.providerConfig.loadBalancerIPs[0]: Invalid value: \"203.0.113.100\": not in the pool"},
+		"pinned twice":         {header + `"pool":{"cidrs":["203.0.113.0/28"]},"loadBalancerIPs":["203.0.113.1","203.0.113.2"]}`, "", ipv4, "spec.providerConfig.loadBalancerIPs[1]: Duplicate"},
+		"no IPv6 in pool":      {header + `"pool":{"cidrs":["203.0.113.0/28"]}}`, "", []gardencorev1beta1.IPFamily{"IPv4", "IPv6"}, "the pool has no IPv6 address"},
+		"BGP without section":  {header + `"announcement":"BGP","pool":{"cidrs":["203.0.113.0/28"]}}`, "", ipv4, "spec.providerConfig.bgp: Required"},
+		"BGP without ASN":      {header + `"announcement":"BGP","pool":{"cidrs":["203.0.113.0/28"]},"bgp":{"peers":[` + bgpPeer + `]}}`, "", ipv4, "spec.providerConfig.bgp.localASN: Required"},
+		"BGP without peers":    {header + `"announcement":"BGP","pool":{"cidrs":["203.0.113.0/28"]},"bgp":{"localASN":64512}}`, "", ipv4, "spec.providerConfig.bgp.peers: Required"},
+		"BGP bad peer":         {header + `"announcement":"BGP","pool":{"cidrs":["203.0.113.0/28"]},"bgp":{"localASN":64512,"peers":[{"name":"Tor","address":"x","asn":-1,"holdTimeSeconds":2}]}}`, "", ipv4, "spec.providerConfig.bgp.peers[0].address"},
+		"BGP bad community":    {header + `"announcement":"BGP","pool":{"cidrs":["203.0.113.0/28"]},"bgp":{"clusterConfigName":"dc","communities":{"standard":["70000:1"]}}}`, "", ipv4, "spec.providerConfig.bgp.communities.standard[0]"},
+		"L2 bad regex":         {header + `"pool":{"cidrs":["203.0.113.0/28"]},"l2":{"interfaces":["eth("]}}`, "", ipv4, "spec.providerConfig.l2.interfaces[0]"},
+		"L2 nodes a kubelet labels": {header + `"pool":{"cidrs":["203.0.113.0/28"]},"l2":{"nodeSelector":{"matchLabels":{"worker.gardener.cloud/pool":"cp"}}}}`, "", ipv4,
+			"spec.providerConfig.l2.nodeSelector: Invalid value: \"worker.gardener.cloud/pool=cp\": must require a label no kubelet can set"},
+		"BGP nodes by hostname": {header + `"announcement":"BGP","pool":{"cidrs":["203.0.113.0/28"]},"bgp":{"clusterConfigName":"dc","nodeSelector":{"matchExpressions":[{"key":"kubernetes.io/hostname","operator":"In","values":["cp-0"]},{"key":"node-role.kubernetes.io/control-plane","operator":"DoesNotExist"}]}}}`, "", ipv4,
+			"spec.providerConfig.bgp.nodeSelector: Invalid value"},
 		"L2 lease order":          {header + `"pool":{"cidrs":["203.0.113.0/28"]},"l2":{"leaseDuration":"2s","leaseRenewDeadline":"3s"}}`, "", ipv4, "spec.providerConfig.l2.leaseRenewDeadline"},
 		"from the shoot":          {"", header + `"pool":{"cidrs":["bad"]}}`, ipv4, "shoot.spec.provider.workers[1].controlPlane.exposure.extension.providerConfig.pool.cidrs[0]"},
 		"L2 lease of nanoseconds": {header + `"pool":{"cidrs":["203.0.113.0/28"]},"l2":{"leaseDuration":"3ns","leaseRenewDeadline":"2ns","leaseRetryPeriod":"1ns"}}`, "", ipv4, "spec.providerConfig.l2.leaseRetryPeriod: Invalid value: \"1ns\": must be at least 100ms"},
@@ -147,5 +151,19 @@ func TestFamilies(t *testing.T) {
 	}
 	if f := Families(shoot([]gardencorev1beta1.IPFamily{"IPv6", "IPv4"}, "")); len(f) != 2 || f[0] != "IPv6" {
 		t.Errorf("the shoot's order is kept, got %v", f)
+	}
+}
+
+// TestNodeSelectorsByTheControlPlaneLabel: node selectors that require the control-plane label, which no kubelet can
+// set, load, whatever else they require (docs/bgp.md's drain label).
+func TestNodeSelectorsByTheControlPlaneLabel(t *testing.T) {
+	drain := `{"matchExpressions":[{"key":"node-role.kubernetes.io/control-plane","operator":"Exists"},{"key":"example.com/bgp-drain","operator":"DoesNotExist"}]}`
+	for name, cfg := range map[string]string{
+		"L2":  header + `"pool":{"cidrs":["203.0.113.0/28"]},"l2":{"nodeSelector":{"matchLabels":{"node-role.kubernetes.io/control-plane":"","kubernetes.io/hostname":"cp-0"}}}}`,
+		"BGP": header + `"announcement":"BGP","pool":{"cidrs":["203.0.113.0/28"]},"bgp":{"clusterConfigName":"dc","nodeSelector":` + drain + `}}`,
+	} {
+		if _, err := Load(exposureWith(cfg), shoot(ipv4, ""), Site{}); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
 }

@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/tools/leaderelection"
 
+	kubernetesutils "github.com/gardener/gardener/pkg/utils/kubernetes"
+
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/network"
 )
@@ -207,6 +209,26 @@ func lastAddr(p netip.Prefix) netip.Addr {
 	return last
 }
 
+// validateNodeSelector checks a selector of the announcing nodes: well-formed, and requiring a label that no kubelet
+// can set on its own Node (NodeRestriction, Gardener's kubernetesutils.IsNodeLabelAllowedForKubelet), such as
+// node-role.kubernetes.io/control-plane, so that root on a worker cannot label it into the announcers.
+func validateNodeSelector(sel *metav1.LabelSelector, fldPath *field.Path) field.ErrorList {
+	allErrs := metav1validation.ValidateLabelSelector(sel, metav1validation.LabelSelectorValidationOptions{}, fldPath)
+	for key := range sel.MatchLabels {
+		if !kubernetesutils.IsNodeLabelAllowedForKubelet(key) {
+			return allErrs
+		}
+	}
+	for _, r := range sel.MatchExpressions {
+		if (r.Operator == metav1.LabelSelectorOpIn || r.Operator == metav1.LabelSelectorOpExists) && !kubernetesutils.IsNodeLabelAllowedForKubelet(r.Key) {
+			return allErrs
+		}
+	}
+	return append(allErrs, field.Invalid(fldPath, metav1.FormatLabelSelector(sel), "must require a label no kubelet can set on its own Node "+
+		"(matchLabels, In or Exists), such as node-role.kubernetes.io/control-plane or one under node-restriction.kubernetes.io/: "+
+		"a worker could otherwise label itself into the announcing nodes"))
+}
+
 func validateL2(l2 *exposure.L2, fldPath *field.Path) field.ErrorList {
 	allErrs := field.ErrorList{}
 	for i, expr := range l2.Interfaces {
@@ -215,7 +237,7 @@ func validateL2(l2 *exposure.L2, fldPath *field.Path) field.ErrorList {
 		}
 	}
 	if l2.NodeSelector != nil {
-		allErrs = append(allErrs, metav1validation.ValidateLabelSelector(l2.NodeSelector, metav1validation.LabelSelectorValidationOptions{}, fldPath.Child("nodeSelector"))...)
+		allErrs = append(allErrs, validateNodeSelector(l2.NodeSelector, fldPath.Child("nodeSelector"))...)
 	}
 	for _, t := range []struct {
 		name  string
@@ -281,7 +303,7 @@ func validateBGP(bgp *exposure.BGP, reservedLabels []string, fldPath *field.Path
 		}
 	}
 	if bgp.NodeSelector != nil {
-		allErrs = append(allErrs, metav1validation.ValidateLabelSelector(bgp.NodeSelector, metav1validation.LabelSelectorValidationOptions{}, fldPath.Child("nodeSelector"))...)
+		allErrs = append(allErrs, validateNodeSelector(bgp.NodeSelector, fldPath.Child("nodeSelector"))...)
 	}
 	if bgp.Communities != nil {
 		allErrs = append(allErrs, validateCommunities(bgp.Communities, fldPath.Child("communities"))...)
