@@ -89,11 +89,11 @@ func TestCiliumWritesAndUndoes(t *testing.T) {
 
 func testAndReplaceTaints(t *testing.T, from, to []corev1.Taint) string {
 	t.Helper()
-	patch, err := jsonPatch([]map[string]any{{"op": "test", "path": "/spec/taints", "value": from}, {"op": "replace", "path": "/spec/taints", "value": to}})
+	patch, err := json.Marshal([]map[string]any{{"op": "test", "path": "/spec/taints", "value": from}, {"op": "replace", "path": "/spec/taints", "value": to}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return patch
+	return string(patch)
 }
 
 // TestGardenadmInitJoinRestore replays, in their order, the Node writes of gardenadm init (the first control-plane
@@ -132,9 +132,4 @@ func TestGardenadmInitJoinRestore(t *testing.T) {
 			t.Fatalf("%s: gardener-node-agent labelling %s: %v", step.name, step.node, err)
 		}
 	}
-}
-
-func jsonPatch(ops []map[string]any) (string, error) {
-	raw, err := json.Marshal(ops)
-	return string(raw), err
 }
