@@ -2,6 +2,8 @@ package charts_test
 
 import (
 	"fmt"
+	kubeletapis "k8s.io/kubelet/pkg/apis"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -599,26 +601,81 @@ func TestPortsPinnedToKubeAPIServers(t *testing.T) {
 	}
 }
 
-// TestPoolBlocksConfinedWhenTheOperatorSaysSo: with exposurePoolCIDRs set, the writes policy checks every pool block
-// against those CIDRs; unset, it holds no such check.
-func TestPoolBlocksConfinedWhenTheOperatorSaysSo(t *testing.T) {
-	checks := func(values map[string]any) bool {
-		for _, p := range find[*admissionregistrationv1.ValidatingAdmissionPolicy](render(t, values)) {
-			if strings.HasSuffix(p.Name, "-confine-writes") {
-				return slices.ContainsFunc(p.Spec.Validations, func(v admissionregistrationv1.Validation) bool {
-					return strings.Contains(v.Expression, `["203.0.113.0/24"]`) && strings.Contains(v.Expression, "containsCIDR")
-				})
+// TestBoundsFromTheShootOrTheOperator: the writes policy bounds pools, EndpointSlices, BGP peers and their password
+// Secrets by what the Shoot declares, nothing where it declares nothing, and by the chart values in its place where the
+// operator sets them.
+func TestBoundsFromTheShootOrTheOperator(t *testing.T) {
+	declaredBGP := `{"apiVersion":"cilium-selfhosted.extensions.gardener.cloud/v1alpha1","kind":"ExposureConfig","announcement":"BGP",` +
+		`"pool":{"cidrs":["203.0.113.0/28"],"ranges":[{"start":"198.51.100.10","stop":"198.51.100.12"}]},` +
+		`"bgp":{"localASN":64512,"peers":[{"name":"tor","address":"10.0.0.1","asn":4200000000,"authSecretRef":"tor-password"}]}}`
+	for name, tc := range map[string]struct {
+		shoot  *gardencorev1beta1.Shoot
+		values map[string]any
+		want   map[string]string
+	}{
+		"declared by the Shoot": {
+			shoot: fixtures.WithExposureConfig(fixtures.Shoot(true), declaredBGP),
+			want: map[string]string{
+				"poolBounds":       `[{"cidr":"203.0.113.0/28"},{"start":"198.51.100.10","stop":"198.51.100.12"}]`,
+				"endpointBounds":   `["` + fixtures.NodeNetwork + `"]`,
+				"peerBounds":       `[{"address":"10.0.0.1","asn":"4200000000"}]`,
+				"authSecretBounds": `["tor-password"]`,
+			},
+		},
+		"nothing declared": {
+			shoot: fixtures.Shoot(true),
+			want:  map[string]string{"poolBounds": `[]`, "peerBounds": `[]`, "authSecretBounds": `[]`, "endpointBounds": `["` + fixtures.NodeNetwork + `"]`},
+		},
+		"set by the operator": {
+			shoot:  fixtures.WithExposureConfig(fixtures.Shoot(true), declaredBGP),
+			values: map[string]any{"exposurePoolCIDRs": []any{"192.0.2.0/24"}, "exposureEndpointCIDRs": []any{"10.1.0.0/16"}, "exposurePeerCIDRs": []any{"10.2.0.0/24"}},
+			want: map[string]string{
+				"poolBounds":       `[{"cidr":"192.0.2.0/24"}]`,
+				"endpointBounds":   `["10.1.0.0/16"]`,
+				"peerBounds":       `[{"cidr":"10.2.0.0/24"}]`,
+				"authSecretBounds": `["tor-password"]`,
+			},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			values := selfHostedValues(t, tc.shoot)
+			maps.Copy(values, tc.values)
+			var p *admissionregistrationv1.ValidatingAdmissionPolicy
+			for _, o := range find[*admissionregistrationv1.ValidatingAdmissionPolicy](render(t, values)) {
+				if strings.HasSuffix(o.Name, "-confine-writes") {
+					p = o
+				}
 			}
+			if p == nil {
+				t.Fatal("no policy confines the extension's writes")
+			}
+			got := map[string]string{}
+			for _, v := range p.Spec.Variables {
+				if _, ok := tc.want[v.Name]; ok {
+					got[v.Name] = v.Expression
+				}
+			}
+			if !maps.Equal(got, tc.want) {
+				t.Errorf("bounds %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestKubeletLabelsAsNodeRestriction: the writes policy's list of the labels a kubelet may set on its own Node is
+// NodeRestriction's (k8s.io/kubelet pkg/apis), which the providerConfig's validation uses through Gardener.
+func TestKubeletLabelsAsNodeRestriction(t *testing.T) {
+	var text strings.Builder
+	for _, v := range policy(t, "-confine-writes").Spec.Validations {
+		text.WriteString(v.Expression)
+	}
+	for _, list := range [][]string{kubeletapis.KubeletLabels(), kubeletapis.KubeletLabelNamespaces()} {
+		quoted := make([]string, len(list))
+		for i, l := range list {
+			quoted[i] = `"` + l + `"`
 		}
-		t.Fatal("no policy confines the extension's writes")
-		return false
-	}
-	values := selfHostedValues(t, fixtures.Shoot(true))
-	if checks(values) {
-		t.Error("pool blocks are checked without exposurePoolCIDRs")
-	}
-	values["exposurePoolCIDRs"] = []any{"203.0.113.0/24"}
-	if !checks(values) {
-		t.Error("pool blocks are not checked against exposurePoolCIDRs")
+		if want := "[" + strings.Join(quoted, ", ") + "]"; !strings.Contains(text.String(), want) {
+			t.Errorf("the writes policy does not hold %s", want)
+		}
 	}
 }

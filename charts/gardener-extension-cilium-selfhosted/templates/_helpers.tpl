@@ -34,3 +34,92 @@ nameUnder (list NAME STEM): CEL that NAME is derived from STEM and a suffix of i
 {{- define "hashedFrom" -}}
 (size({{ index . 0 }}) <= 63 && {{ index . 0 }}.matches('^cilium-exposure-.+-[0-9a-f]{10}$') && {{ index . 1 }}.startsWith({{ index . 0 }}.substring(0, size({{ index . 0 }}) - 11)))
 {{- end -}}
+
+{{- /*
+declaredExposure: the providerConfig the Shoot declares for its exposure
+(spec.provider.workers[].controlPlane.exposure.extension.providerConfig), as JSON, {} when it declares none. gardenlet
+and gardenadm give the chart the Shoot as gardener.shoot (controllerinstallation reconciler) and render it again when
+the Shoot changes, out of reach of the extension's token.
+*/ -}}
+{{- define "declaredExposure" -}}
+{{- $cfg := dict -}}
+{{- range (dig "shoot" "spec" "provider" "workers" list (.Values.gardener | default dict)) -}}
+{{- $cfg = dig "controlPlane" "exposure" "extension" "providerConfig" $cfg . -}}
+{{- end -}}
+{{- toJson $cfg -}}
+{{- end -}}
+
+{{- /*
+poolBounds: the blocks the exposures' pools may take, as JSON maps of cidr, or start and stop: the chart value
+exposurePoolCIDRs when the operator sets it, else the pool the Shoot declares.
+*/ -}}
+{{- define "poolBounds" -}}
+{{- $bounds := list -}}
+{{- if .Values.exposurePoolCIDRs -}}
+{{- range .Values.exposurePoolCIDRs }}{{ $bounds = append $bounds (dict "cidr" .) }}{{ end -}}
+{{- else -}}
+{{- $pool := dig "pool" dict (include "declaredExposure" . | fromJson) -}}
+{{- range (dig "cidrs" list $pool) }}{{ $bounds = append $bounds (dict "cidr" .) }}{{ end -}}
+{{- range (dig "ranges" list $pool) }}{{ $bounds = append $bounds (dict "start" (dig "start" "" .) "stop" (dig "stop" "" .)) }}{{ end -}}
+{{- end -}}
+{{- toJson $bounds -}}
+{{- end -}}
+
+{{- /*
+endpointBounds: the CIDRs the exposures' EndpointSlices may name: the chart value exposureEndpointCIDRs when the
+operator sets it, else the Shoot's node network (spec.networking.nodes, comma-separated when dual-stack).
+*/ -}}
+{{- define "endpointBounds" -}}
+{{- $bounds := list -}}
+{{- if .Values.exposureEndpointCIDRs -}}
+{{- $bounds = .Values.exposureEndpointCIDRs -}}
+{{- else -}}
+{{- range (splitList "," (dig "shoot" "spec" "networking" "nodes" "" (.Values.gardener | default dict))) }}{{ if trim . }}{{ $bounds = append $bounds (trim .) }}{{ end }}{{ end -}}
+{{- end -}}
+{{- toJson $bounds -}}
+{{- end -}}
+
+{{- /*
+peerBounds: the BGP peers the exposures may peer with, as JSON maps of cidr, or address and asn: the chart value
+exposurePeerCIDRs when the operator sets it, else the peers the Shoot declares (bgp.peers).
+*/ -}}
+{{- define "peerBounds" -}}
+{{- $bounds := list -}}
+{{- if .Values.exposurePeerCIDRs -}}
+{{- range .Values.exposurePeerCIDRs }}{{ $bounds = append $bounds (dict "cidr" .) }}{{ end -}}
+{{- else -}}
+{{- range (dig "bgp" "peers" list (include "declaredExposure" . | fromJson)) }}{{ $bounds = append $bounds (dict "address" (dig "address" "" .) "asn" (printf "%d" (dig "asn" 0 . | int64))) }}{{ end -}}
+{{- end -}}
+{{- toJson $bounds -}}
+{{- end -}}
+
+{{- /*
+authSecretBounds: the Secrets the exposures' BGP peers may name for their password: those the Shoot declares.
+*/ -}}
+{{- define "authSecretBounds" -}}
+{{- $bounds := list -}}
+{{- range (dig "bgp" "peers" list (include "declaredExposure" . | fromJson)) }}{{ with (dig "authSecretRef" "" .) }}{{ $bounds = append $bounds . }}{{ end }}{{ end -}}
+{{- toJson $bounds -}}
+{{- end -}}
+
+{{- /*
+kubeletLabels, kubeletLabelNamespaces: the Node labels a kubelet may set on its own Node under NodeRestriction
+(k8s.io/kubelet pkg/apis KubeletLabels, KubeletLabelNamespaces); a test holds them equal.
+*/ -}}
+{{- define "kubeletLabels" -}}
+["beta.kubernetes.io/arch", "beta.kubernetes.io/instance-type", "beta.kubernetes.io/os", "failure-domain.beta.kubernetes.io/region", "failure-domain.beta.kubernetes.io/zone", "kubernetes.io/arch", "kubernetes.io/hostname", "kubernetes.io/os", "node.kubernetes.io/instance-type", "topology.kubernetes.io/region", "topology.kubernetes.io/zone"]
+{{- end -}}
+{{- define "kubeletLabelNamespaces" -}}
+["kubelet.kubernetes.io", "node.kubernetes.io"]
+{{- end -}}
+
+{{- /*
+protectedNodeLabel KEY: CEL that no kubelet may set the Node label KEY on its own Node (Gardener's
+kubernetesutils.IsNodeLabelAllowedForKubelet, which the providerConfig's validation uses, negated).
+*/ -}}
+{{- define "protectedNodeLabel" -}}
+{{- $ns := printf "%s.split('/')[0]" . -}}
+(size({{ . }}.split('/')) == 2 && ({{ $ns }} == 'node-restriction.kubernetes.io' || {{ $ns }}.endsWith('.node-restriction.kubernetes.io') ||
+  ({{ $ns }} in ['kubernetes.io', 'k8s.io'] || {{ $ns }}.endsWith('.kubernetes.io') || {{ $ns }}.endsWith('.k8s.io')) &&
+  !({{ . }} in {{ include "kubeletLabels" . }}) && !{{ include "kubeletLabelNamespaces" . }}.exists(n, {{ $ns }} == n || {{ $ns }}.endsWith('.' + n))))
+{{- end -}}

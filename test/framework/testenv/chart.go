@@ -51,10 +51,11 @@ func (e *Env) InstallChart(ctx context.Context, webhookURL string) (string, erro
 	// envtest's kube-apiserver cannot route to a Service: it reaches the webhook server at a URL, which the chart then
 	// names in place of its Service.
 	values["webhookConfig"] = map[string]any{"url": webhookURL}
-	// As an operator sets it in the ControllerDeployment's values: every pool of the suites, the demo and the bench lies
-	// in these ranges, so that all of them run with the policy's check of the pools on.
+	// As an operator sets them in the ControllerDeployment's values, in place of what the suite's Shoot declares: the
+	// suites run several exposures, each with a providerConfig of its own, in these ranges.
 	values["exposurePoolCIDRs"] = ExposurePoolCIDRs
 	values["exposureEndpointCIDRs"] = ExposureEndpointCIDRs
+	values["exposurePeerCIDRs"] = ExposurePeerCIDRs
 	rendered, err := renderChart(values)
 	if err != nil {
 		return "", err
@@ -175,6 +176,10 @@ var ExposurePoolCIDRs = []string{"203.0.113.0/24", "198.51.100.0/24", "198.18.0.
 // ExposureEndpointCIDRs are the addresses the exposures' EndpointSlices may name where InstallChart installs the chart:
 // the fixtures' node network and the addresses the datapath suites and the bench give their control-plane nodes.
 var ExposureEndpointCIDRs = []string{"10.0.0.0/8", "fd00::/8"}
+
+// ExposurePeerCIDRs are the addresses the exposures' BGP peers may have where InstallChart installs the chart: the
+// fixtures' and the datapath suites' routers.
+var ExposurePeerCIDRs = []string{"10.0.0.0/8", "fd00::/8"}
 
 // RegistrationName is the name of the extension's ControllerRegistration (example/controller-registration.yaml):
 // gardenlet renders the chart as release <name> into namespace extension-<name> and stores it as the ManagedResource

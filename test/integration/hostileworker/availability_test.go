@@ -109,31 +109,15 @@ func binding(policy string, param *admissionregistrationv1.ParamRef) *admissionr
 // enforces the policy on kubelet's and Cilium's agent's writes, for the cases that run after it.
 func create(t *testing.T, policy *admissionregistrationv1.ValidatingAdmissionPolicy, binding *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
 	t.Helper()
-	for _, obj := range []client.Object{policy, binding} {
-		if err := env.Client.Create(context.Background(), obj); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		ctx := context.Background()
-		for _, obj := range []client.Object{binding, policy} {
-			if err := client.IgnoreNotFound(env.Client.Delete(ctx, obj)); err != nil {
-				t.Error(err)
+	testenv.CreatePolicy(t, env.Client, policy, binding, func(ctx context.Context) bool {
+		for _, w := range []struct {
+			id testenv.Identity
+			w  write
+		}{{agentOn("worker-0"), write{statusPatch: true, patch: ciliumAnnotations}}, {testenv.Kubelet("worker-0"), write{statusPatch: true, patch: kubeletReady}}} {
+			if err := w.w.dryRun(ctx, as(t, w.id), "worker-0"); err != nil && strings.Contains(err.Error(), policy.Name) {
+				return true
 			}
 		}
-		gone := func(ctx context.Context) (bool, error) {
-			for _, w := range []struct {
-				id testenv.Identity
-				w  write
-			}{{agentOn("worker-0"), write{statusPatch: true, patch: ciliumAnnotations}}, {testenv.Kubelet("worker-0"), write{statusPatch: true, patch: kubeletReady}}} {
-				if err := w.w.dryRun(ctx, as(t, w.id), "worker-0"); err != nil && strings.Contains(err.Error(), policy.Name) {
-					return false, nil
-				}
-			}
-			return true, nil
-		}
-		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, gone); err != nil {
-			t.Errorf("policy %s still enforced after its deletion: %v", policy.Name, err)
-		}
+		return false
 	})
 }

@@ -50,8 +50,11 @@ func exposureObjects(t *testing.T, name string, announcement exposure.Announceme
 // kube-dns, to a pod (outside exposureEndpointCIDRs), without node names or of names, a Service with external IPs or a
 // selector, node ports, another port or target port, of another type or with an annotation of Cilium's, a Service
 // named kube-apiserver, the objects of an exposure outside kube-system, pools and L2 policies that select other
-// Services, pools outside the blocks the operator allows (exposurePoolCIDRs, set as testenv.InstallChart sets it), an L2 policy announcing external IPs, BGP advertisements of other addresses, a BGP peer with another peer
-// config, and a peer config advertising every advertisement.
+// Services, pools outside the blocks the operator allows (exposurePoolCIDRs, set as testenv.InstallChart sets it), an
+// L2 policy announcing external IPs, L2 policies and BGP cluster configs on nodes not selected by a label kubelets
+// cannot set, BGP advertisements of other addresses or with well-known communities (the
+// blackhole among them), a BGP peer with another peer config or outside the operator's exposurePeerCIDRs, and a peer
+// config advertising every advertisement.
 func TestExtensionWritesOnlyExposureShapedObjects(t *testing.T) {
 	ctx := context.Background()
 	asExtension := env.ExtensionClient(t)
@@ -168,6 +171,15 @@ func stolenCiliumObjects(l2, bgp *resources.Objects) map[string]client.Object {
 		"an L2 policy announcing external IPs": changed(l2.L2Policy, func(p *ciliumv2alpha1.CiliumL2AnnouncementPolicy) {
 			p.Spec.ExternalIPs = true
 		}),
+		"an L2 policy announcing from every node": changed(l2.L2Policy, func(p *ciliumv2alpha1.CiliumL2AnnouncementPolicy) {
+			p.Spec.NodeSelector = nil
+		}),
+		"an L2 policy announcing from a node a kubelet names": changed(l2.L2Policy, func(p *ciliumv2alpha1.CiliumL2AnnouncementPolicy) {
+			p.Spec.NodeSelector = &slimv1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/hostname": "worker-0"}}
+		}),
+		"a BGP cluster config on every node but the control plane": changed(bgp.ClusterConfig, func(c *ciliumv2.CiliumBGPClusterConfig) {
+			c.Spec.NodeSelector = &slimv1.LabelSelector{MatchExpressions: []slimv1.LabelSelectorRequirement{{Key: "node-role.kubernetes.io/control-plane", Operator: slimv1.LabelSelectorOpDoesNotExist}}}
+		}),
 		"a BGP advertisement of the pod CIDRs": changed(bgp.Advertisement, func(a *ciliumv2.CiliumBGPAdvertisement) {
 			a.Spec.Advertisements = []ciliumv2.BGPAdvertisement{{AdvertisementType: ciliumv2.BGPPodCIDRAdvert}}
 		}),
@@ -182,6 +194,21 @@ func stolenCiliumObjects(l2, bgp *resources.Objects) map[string]client.Object {
 		}),
 		"a BGP peer config advertising every advertisement": changed(bgp.PeerConfigs[0], func(p *ciliumv2.CiliumBGPPeerConfig) {
 			p.Spec.Families[0].Advertisements = &slimv1.LabelSelector{}
+		}),
+		"a BGP peer outside the operator's exposurePeerCIDRs": changed(bgp.ClusterConfig, func(c *ciliumv2.CiliumBGPClusterConfig) {
+			c.Spec.BGPInstances[0].Peers[0].PeerAddress = new("198.51.100.1")
+		}),
+		"a BGP advertisement with the blackhole community": changed(bgp.Advertisement, func(a *ciliumv2.CiliumBGPAdvertisement) {
+			a.Spec.Advertisements[0].Attributes = &ciliumv2.BGPAttributes{Communities: &ciliumv2.BGPCommunities{Standard: []ciliumv2.BGPStandardCommunity{"65535:666"}}}
+		}),
+		"a BGP advertisement with the blackhole community as a number": changed(bgp.Advertisement, func(a *ciliumv2.CiliumBGPAdvertisement) {
+			a.Spec.Advertisements[0].Attributes = &ciliumv2.BGPAttributes{Communities: &ciliumv2.BGPCommunities{Standard: []ciliumv2.BGPStandardCommunity{"4294902426"}}}
+		}),
+		"a BGP advertisement with no-export": changed(bgp.Advertisement, func(a *ciliumv2.CiliumBGPAdvertisement) {
+			a.Spec.Advertisements[0].Attributes = &ciliumv2.BGPAttributes{Communities: &ciliumv2.BGPCommunities{WellKnown: []ciliumv2.BGPWellKnownCommunity{"no-export"}}}
+		}),
+		"a BGP advertisement with a large community of AS 65535": changed(bgp.Advertisement, func(a *ciliumv2.CiliumBGPAdvertisement) {
+			a.Spec.Advertisements[0].Attributes = &ciliumv2.BGPAttributes{Communities: &ciliumv2.BGPCommunities{Large: []ciliumv2.BGPLargeCommunity{"65535:0:666"}}}
 		}),
 	}
 }

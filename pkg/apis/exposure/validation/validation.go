@@ -383,21 +383,37 @@ var wellKnownCommunities = []string{
 	"no-export", "no-advertise", "no-export-subconfed", "no-peer",
 }
 
+// validateCommunities refuses, beside malformed ones, RFC 1997's well-known communities and RFC 7999's blackhole
+// (65535:*, Cilium's well-known names but internet) and the large communities of AS 65535: they tell routers to drop a
+// route or stop its propagation, not the exposure's to ask; the chart's writes policy refuses them likewise.
 func validateCommunities(c *exposure.BGPCommunities, fldPath *field.Path) field.ErrorList {
 	allErrs := field.ErrorList{}
+	const reserved = "is a well-known community (65535:*, RFC 1997 and RFC 7999's blackhole), which the exposure may not attach"
 	for i, s := range c.Standard {
-		if !isCommunity(s, 2, 65535) && !isUint(s, maxASN) {
-			allErrs = append(allErrs, field.Invalid(fldPath.Child("standard").Index(i), s, "must be <0-65535>:<0-65535> or a 32-bit number"))
+		p := fldPath.Child("standard").Index(i)
+		switch {
+		case !isCommunity(s, 2, 65535) && !isUint(s, maxASN):
+			allErrs = append(allErrs, field.Invalid(p, s, "must be <0-65535>:<0-65535> or a 32-bit number"))
+		case strings.HasPrefix(s, "65535:") || !strings.Contains(s, ":") && !isUint(s, 0xFFFEFFFF):
+			allErrs = append(allErrs, field.Invalid(p, s, reserved))
 		}
 	}
 	for i, s := range c.WellKnown {
-		if !sets.New(wellKnownCommunities...).Has(s) {
-			allErrs = append(allErrs, field.NotSupported(fldPath.Child("wellKnown").Index(i), s, wellKnownCommunities))
+		p := fldPath.Child("wellKnown").Index(i)
+		switch {
+		case !sets.New(wellKnownCommunities...).Has(s):
+			allErrs = append(allErrs, field.NotSupported(p, s, wellKnownCommunities))
+		case s != "internet":
+			allErrs = append(allErrs, field.Invalid(p, s, reserved))
 		}
 	}
 	for i, s := range c.Large {
-		if !isCommunity(s, 3, maxASN) {
-			allErrs = append(allErrs, field.Invalid(fldPath.Child("large").Index(i), s, "must be <0-4294967295>:<0-4294967295>:<0-4294967295>"))
+		p := fldPath.Child("large").Index(i)
+		switch {
+		case !isCommunity(s, 3, maxASN):
+			allErrs = append(allErrs, field.Invalid(p, s, "must be <0-4294967295>:<0-4294967295>:<0-4294967295>"))
+		case strings.HasPrefix(s, "65535:"):
+			allErrs = append(allErrs, field.Invalid(p, s, "is a large community of AS 65535, the well-known communities' (RFC 1997), which the exposure may not attach"))
 		}
 	}
 	return allErrs
