@@ -11,6 +11,13 @@ them equal.
 443
 {{- end -}}
 
+{{- /*
+webhookAddress: where each kube-apiserver calls the extension's webhooks, host:port on its own node's loopback.
+*/ -}}
+{{- define "webhookAddress" -}}
+127.0.0.1:{{ .Values.webhookConfig.port }}
+{{- end -}}
+
 {{- define "labels" -}}
 app.kubernetes.io/name: {{ include "name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}

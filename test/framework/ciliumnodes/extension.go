@@ -36,10 +36,10 @@ import (
 // controller stored for the nodes, so that their tokens are bound to them and carry their node, as kubelet's projected
 // tokens do. The extension env started on this machine's network (RunSuite) stops while they run.
 //
-// kube-apiserver calls the webhook at the URL the chart was installed with (127.0.0.1 on this machine, as envtest's
-// kube-apiserver cannot route to Services); webhookRoute stands for its routing to the extension Service's endpoints:
-// each connection goes, over the nodes' segment, to the webhook server port of the first control-plane node whose pod
-// accepts it, as the Service's targetPort names it.
+// kube-apiserver calls the webhook at the URL the chart names, on loopback (webhookAddress): every control-plane node's
+// kube-apiserver its own node's pod. envtest's one kube-apiserver, on this machine's loopback, stands for them all;
+// webhookRoute carries each of its connections to the loopback of the first control-plane node whose pod is ready and
+// accepts, at the port the chart gives the pod's webhook server.
 
 // webhookDialTimeout bounds the connection to one pod's webhook server before the next is tried.
 const webhookDialTimeout = 500 * time.Millisecond
@@ -182,9 +182,9 @@ func (c *Cluster) routeWebhooks(l net.Listener, port string) {
 	}
 }
 
-// dialWebhook connects from the client's namespace, over the segment, to the first control-plane node whose
-// extension pod is ready (an endpoint of the Service) and accepts. A pod that is not ready yet may answer from
-// informers that have not synced.
+// dialWebhook connects, inside the node as its kube-apiserver does, to the loopback of the first control-plane node
+// whose extension pod is ready and accepts. A pod that is not ready yet may answer from informers that have not
+// synced.
 func (c *Cluster) dialWebhook(port string) (net.Conn, error) {
 	var errs []error
 	for _, n := range c.Nodes() {
@@ -192,7 +192,7 @@ func (c *Cluster) dialWebhook(port string) (net.Conn, error) {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), webhookDialTimeout)
-		conn, err := c.Client.DialContext(ctx, "tcp", net.JoinHostPort(n.Address(), port))
+		conn, err := n.netns.DialContext(ctx, "tcp", net.JoinHostPort("127.0.0.1", port))
 		cancel()
 		if err == nil {
 			return conn, nil
@@ -268,8 +268,7 @@ func (n *Node) startExtension(ctx context.Context, env *testenv.Env, cgroup stri
 	return nil
 }
 
-// servingExtension says whether the node's extension pod is an endpoint of the extension's Service: running and
-// reported ready.
+// servingExtension says whether the node's extension pod runs and is reported ready.
 func (n *Node) servingExtension() bool {
 	p, _ := n.runningExtension()
 	n.mu.Lock()

@@ -68,8 +68,8 @@ func (s *Sandbox) ReadinessProbe(c Container, started *Started) func(context.Con
 
 // TakeOver runs the extension as its chart's pod on node (InternalIP podIP) in s and hands it the controllers and the
 // webhooks: env's extension, on this machine's network where the sandbox's addresses do not exist, stops and releases
-// its lease, kube-apiserver's calls to the webhook URL the chart was installed with go to the pod's webhook server
-// (standing for the route to the node), and the pod, once ready, leads. giveBack stops the pod and the route and
+// its lease, kube-apiserver's calls to the webhook URL the chart names go to the pod's webhook server on the sandbox's
+// loopback (kube-apiserver standing for the node's own, which calls it there), and the pod, once ready, leads. giveBack stops the pod and the route and
 // starts env's extension again.
 func (s *Sandbox) TakeOver(ctx context.Context, env *testenv.Env, node, podIP, dir, logPath string) (pod *Started, giveBack func() error, err error) {
 	c, err := ForExtension(ctx, env, node, podIP)
@@ -81,7 +81,7 @@ func (s *Sandbox) TakeOver(ctx context.Context, env *testenv.Env, node, podIP, d
 	if err != nil {
 		return nil, nil, err
 	}
-	route := NewRoute(env.Extensions().WebhookAddress(), s.ns, net.JoinHostPort(podIP, webhookPort))
+	route := NewRoute(env.Extensions().WebhookAddress(), s.ns, net.JoinHostPort("127.0.0.1", webhookPort))
 	env.Extensions().Stop(ctx, false)
 	if err := route.Start(); err != nil {
 		return nil, nil, errors.Join(fmt.Errorf("the route to the pod's webhook server: %w", err), env.Extensions().StartAgain())
@@ -102,8 +102,8 @@ func (s *Sandbox) TakeOver(ctx context.Context, env *testenv.Env, node, podIP, d
 	return started, giveBack, nil
 }
 
-// WebhookServerPort is the port of the extension's pod spec on which it serves its webhooks: its chart's container
-// port webhook-server, which the Service's targetPort names.
+// WebhookServerPort is the port of the extension's pod spec on which it serves its webhooks on the node's loopback:
+// its chart's container port webhook-server.
 func WebhookServerPort(spec *corev1.PodSpec) (string, error) {
 	for _, p := range spec.Containers[0].Ports {
 		if p.Name == "webhook-server" {

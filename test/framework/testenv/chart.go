@@ -40,7 +40,7 @@ const extensionKubeconfig = "extension-kubeconfig"
 // (CreateSystemPriorityClass), as test/integration/rollout and test/framework/ciliumnodes do; Extensions().Run runs
 // the extension as that DaemonSet's pod would. It writes a kubeconfig that impersonates the chart's ServiceAccount and
 // returns its path: the extension run with it may do exactly what the chart grants.
-func (e *Env) InstallChart(ctx context.Context, webhookURL string) (string, error) {
+func (e *Env) InstallChart(ctx context.Context, webhookPort int) (string, error) {
 	if e.shoot == nil {
 		return "", fmt.Errorf("no self-hosted shoot created yet")
 	}
@@ -48,9 +48,8 @@ func (e *Env) InstallChart(ctx context.Context, webhookURL string) (string, erro
 	if err != nil {
 		return "", err
 	}
-	// envtest's kube-apiserver cannot route to a Service: it reaches the webhook server at a URL, which the chart then
-	// names in place of its Service.
-	values["webhookConfig"] = map[string]any{"url": webhookURL}
+	// The suite's webhook server listens on loopback like the chart's, at a free port of this machine.
+	values["webhookConfig"] = map[string]any{"port": webhookPort}
 	// As an operator sets them in the ControllerDeployment's values, in place of what the suite's Shoot declares: the
 	// suites run several exposures, each with a providerConfig of its own, in these ranges.
 	values["exposurePoolCIDRs"] = ExposurePoolCIDRs

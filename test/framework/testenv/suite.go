@@ -143,7 +143,7 @@ func (e Extensions) Run(ctx context.Context, binary string) error {
 	if err != nil {
 		return err
 	}
-	kubeconfig, err := e.InstallChart(ctx, webhookURL(port))
+	kubeconfig, err := e.InstallChart(ctx, port)
 	if err != nil {
 		return err
 	}

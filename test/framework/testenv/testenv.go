@@ -338,10 +338,10 @@ func ephemeralPortsFrom() int {
 	return 32768
 }
 
-// Flags are the flags of the extension in production on a self-hosted shoot, except that kube-apiserver
-// reaches the webhook server through a URL on loopback rather than a Service: certificates from Gardener's
-// certificate management in namespace, the webhooks merged into the extension's own MutatingWebhookConfiguration,
-// leader election in namespace.
+// Flags are the flags of the extension in production on a self-hosted shoot (the chart's DaemonSet) with this
+// machine's free ports: the webhook server on loopback, where kube-apiserver calls it by URL, certificates from
+// Gardener's certificate management in namespace, the webhooks merged into the extension's own
+// MutatingWebhookConfiguration, leader election in namespace.
 func (e Extensions) Flags(kubeconfig, namespace string, webhookPort int) []string {
 	return []string{
 		"--kubeconfig=" + kubeconfig,
@@ -363,8 +363,7 @@ func (e Extensions) Flags(kubeconfig, namespace string, webhookPort int) []strin
 	}
 }
 
-// webhookURL is where kube-apiserver reaches the extension's webhook server in the suites: on loopback, not through a
-// Service.
+// webhookURL is where kube-apiserver reaches the extension's webhook server, on loopback as the chart's webhookAddress.
 func webhookURL(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
 
 // WaitFor polls cond every 100ms until it returns true or timeout passes. An error from cond does not end the wait

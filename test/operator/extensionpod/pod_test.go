@@ -55,6 +55,7 @@ func TestPodRunsTheImageAsTheChartSays(t *testing.T) {
 	t.Run("registers its webhooks", func(t *testing.T) { waitForWebhooks(t) })
 	t.Run("admits Cilium's pods through kube-apiserver", func(t *testing.T) { admitsCiliumPods(t, rendered) })
 	t.Run("serves /healthz and authorized /metrics", servesHealthAndMetrics)
+	t.Run("listens on the node's loopback alone", func(t *testing.T) { listensOnLoopbackAlone(t, rendered) })
 	t.Run("exposes kube-apiserver with Cilium's operator", func(t *testing.T) {
 		exp := fixtureExposure(t, "image")
 		if err := env.Client.Create(ctx, exp); err != nil {
