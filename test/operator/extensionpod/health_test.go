@@ -2,8 +2,10 @@ package extensionpod_test
 
 import (
 	"context"
+	"maps"
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -199,10 +201,11 @@ func TestNewLeaderProbes(t *testing.T) {
 	t.Logf("cp-2's kube-apiserver refusing connections after the leader changed: published as not ready after %s", took)
 }
 
-// TestPodServesOnItsOwnAddress: run as its chart's pod on cp-0 (host network: the pod's address is the node's
-// InternalIP), the extension's webhook server, metrics and health endpoints listen on that address alone: not on the
-// node's loopback, where etcd and kube-apiserver's other listeners are, nor on the node's other addresses.
-func TestPodServesOnItsOwnAddress(t *testing.T) {
+// TestPodServesOnItsOwnAddresses: run as its chart's pod on cp-0 (host network: the pod's address is the node's
+// InternalIP), the extension's metrics and health endpoints listen on that address alone, not on the node's loopback,
+// where etcd and kube-apiserver's other listeners are, nor on the node's other addresses; its webhook server listens on
+// the loopback alone, where the node's kube-apiserver calls it.
+func TestPodServesOnItsOwnAddresses(t *testing.T) {
 	ctx := context.Background()
 	runExtensionPod(t)
 	daemonSet := &appsv1.DaemonSet{}
@@ -210,12 +213,12 @@ func TestPodServesOnItsOwnAddress(t *testing.T) {
 		t.Fatal(err)
 	}
 	container := daemonSet.Spec.Template.Spec.Containers[0]
-	ports := []int{container.ReadinessProbe.HTTPGet.Port.IntValue()}
+	listens := map[int]string{container.ReadinessProbe.HTTPGet.Port.IntValue(): controlPlaneIPs[0]}
 	for _, p := range container.Ports {
-		ports = append(ports, int(p.ContainerPort))
+		listens[int(p.ContainerPort)] = map[string]string{"webhook-server": "127.0.0.1", "metrics": controlPlaneIPs[0]}[p.Name]
 	}
-	if len(ports) != 3 {
-		t.Fatalf("ports %v, want the health, webhook and metrics ports", ports)
+	if len(listens) != 3 || slices.Contains(slices.Collect(maps.Values(listens)), "") {
+		t.Fatalf("ports %v, want the health, webhook and metrics ports", listens)
 	}
 	dial := func(host string, port int) error {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -226,15 +229,18 @@ func TestPodServesOnItsOwnAddress(t *testing.T) {
 		}
 		return err
 	}
-	for _, port := range ports {
+	for port, address := range listens {
 		// Readiness does not say that the metrics server listens: it starts beside the health server.
 		if err := testenv.WaitFor(ctx, time.Minute, func(context.Context) (bool, error) {
-			err := dial(controlPlaneIPs[0], port)
+			err := dial(address, port)
 			return err == nil, err
 		}); err != nil {
-			t.Errorf("port %d on the pod's address: %v", port, err)
+			t.Errorf("port %d on %s: %v", port, address, err)
 		}
-		for _, other := range []string{"127.0.0.1", controlPlaneIPs[1]} {
+		for _, other := range []string{"127.0.0.1", controlPlaneIPs[0], controlPlaneIPs[1]} {
+			if other == address {
+				continue
+			}
 			if err := dial(other, port); err == nil {
 				t.Errorf("port %d also answers on %s", port, other)
 			}
