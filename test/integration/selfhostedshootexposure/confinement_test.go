@@ -225,13 +225,7 @@ func changed[T client.Object](obj T, change func(T)) client.Object {
 // operations are refused by the chart's policy; its finalizer and a reconcile request pass (dry runs).
 func TestExtensionKeepsTheExposureAsGardenerWroteIt(t *testing.T) {
 	ctx := context.Background()
-	exp := fixtures.Exposure("kept-as-written", fixtures.Nodes())
-	exp.Spec.Type = "not-this-extension"
-	delete(exp.Annotations, v1beta1constants.GardenerOperation)
-	if err := env.Client.Create(ctx, exp); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), exp) })
+	exp := inertExposure(t, "kept-as-written")
 	asExtension := env.ExtensionClient(t)
 	patch := func(change func(*extensionsv1alpha1.SelfHostedShootExposure)) error {
 		changed := exp.DeepCopy()
@@ -267,4 +261,18 @@ func TestExtensionKeepsTheExposureAsGardenerWroteIt(t *testing.T) {
 			t.Errorf("%s as the extension: %v", what, err)
 		}
 	}
+}
+
+// inertExposure creates an exposure of the fixture's nodes that no extension reconciles (of another type, without an
+// operation annotation), and deletes it when t ends.
+func inertExposure(t *testing.T, name string) *extensionsv1alpha1.SelfHostedShootExposure {
+	t.Helper()
+	exp := fixtures.Exposure(name, fixtures.Nodes())
+	exp.Spec.Type = "not-this-extension"
+	delete(exp.Annotations, v1beta1constants.GardenerOperation)
+	if err := env.Client.Create(context.Background(), exp); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), exp) })
+	return exp
 }

@@ -14,7 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
-	v1beta1constants "github.com/gardener/gardener/pkg/apis/core/v1beta1/constants"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/charts"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure"
@@ -149,13 +148,7 @@ func withBoundsOf(t *testing.T, shoot *gardencorev1beta1.Shoot, probe client.Obj
 // network that -confine-writes allows.
 func TestEndpointsAsGardenerWroteThem(t *testing.T) {
 	ctx := context.Background()
-	exp := fixtures.Exposure("bounded", fixtures.Nodes())
-	exp.Spec.Type = "not-this-extension"
-	delete(exp.Annotations, v1beta1constants.GardenerOperation)
-	if err := env.Client.Create(ctx, exp); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), exp) })
+	exp := inertExposure(t, "bounded")
 	slice := exposureObjects(t, exp.Name, exposure.AnnouncementL2).EndpointSlices[0]
 	slice.Endpoints = nil
 	for _, m := range exp.Spec.Endpoints {
