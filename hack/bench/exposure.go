@@ -64,7 +64,7 @@ func exposureConvergence(ctx context.Context, r *report, env *testenv.Env) error
 
 const convergenceSection = "4. Exposure convergence with the real cilium-operator (L2, pinned VIP)"
 
-func ms(d time.Duration) float64 { return float64(d.Milliseconds()) }
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // createAndWait creates exp and says how long it took to be Succeeded.
 func createAndWait(ctx context.Context, c client.Client, exp *extensionsv1alpha1.SelfHostedShootExposure) (time.Duration, error) {

@@ -36,7 +36,7 @@ func main() {
 	out := flag.String("out", "bench/results", "where to write the results")
 	version := flag.String("cilium-version", "1.19.7", "the Cilium chart and operator")
 	rerender := flag.String("render", "", "only write the Markdown of an earlier JSON result")
-	flag.StringVar(&only, "sections", "1,2,3,4,6,7,8,9,10", "the sections to run (5, memory, comes with 3 and 4)")
+	flag.StringVar(&only, "sections", "1,2,3,4,6,7,8,9,10,11", "the sections to run (5, memory, comes with 3 and 4)")
 	failovers := flag.Int("failovers", 10, "how many failovers section 6 measures per way of dying and lease timing")
 	flips := flag.Int("flips", 20, "how often section 7 takes an endpoint's kube-apiserver away and back")
 	reconnects := flag.Int("reconnects", 3, "how often section 8 ends a worker agent's connection to kube-apiserver per way and client setting")
@@ -130,6 +130,12 @@ func run(r *report, version string, n counts) error {
 	if runs("10") {
 		fmt.Println("==> 10. BGP withdrawal with Cilium's real agents and FRR")
 		if err := bgpWithdrawals(r, n.withdrawals); err != nil {
+			return err
+		}
+	}
+	if runs("11") {
+		fmt.Println("==> 11. Node status writes through the chart's Node policies")
+		if err := nodeWrites(r); err != nil {
 			return err
 		}
 	}
