@@ -677,3 +677,36 @@ func TestKubeletLabelsAsNodeRestriction(t *testing.T) {
 		}
 	}
 }
+
+// TestL2PoolsInTheNodeNetworkByDefault: where the Shoot declares an L2 exposure (or nothing, L2 being the default), the
+// writes policy also keeps the pools in the Shoot's node network; not where it declares BGP, nor where the operator
+// bounds the pools by exposurePoolCIDRs.
+func TestL2PoolsInTheNodeNetworkByDefault(t *testing.T) {
+	bgp := `{"apiVersion":"cilium-selfhosted.extensions.gardener.cloud/v1alpha1","kind":"ExposureConfig","announcement":"BGP","pool":{"cidrs":["203.0.113.0/28"]}}`
+	for name, tc := range map[string]struct {
+		shoot  *gardencorev1beta1.Shoot
+		values map[string]any
+		want   bool
+	}{
+		"L2 declared":       {fixtures.WithExposureConfig(fixtures.Shoot(true), fixtures.ExposureConfigL2), nil, true},
+		"nothing declared":  {fixtures.Shoot(true), nil, true},
+		"BGP declared":      {fixtures.WithExposureConfig(fixtures.Shoot(true), bgp), nil, false},
+		"operator's ranges": {fixtures.WithExposureConfig(fixtures.Shoot(true), fixtures.ExposureConfigL2), map[string]any{"exposurePoolCIDRs": []any{"203.0.113.0/24"}}, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			values := selfHostedValues(t, tc.shoot)
+			maps.Copy(values, tc.values)
+			got := false
+			for _, p := range find[*admissionregistrationv1.ValidatingAdmissionPolicy](render(t, values)) {
+				if strings.HasSuffix(p.Name, "-confine-writes") {
+					got = slices.ContainsFunc(p.Spec.Validations, func(v admissionregistrationv1.Validation) bool {
+						return strings.Contains(v.Expression, `["`+fixtures.NodeNetwork+`"].exists(n`)
+					})
+				}
+			}
+			if got != tc.want {
+				t.Errorf("pools held to the node network: %t, want %t", got, tc.want)
+			}
+		})
+	}
+}

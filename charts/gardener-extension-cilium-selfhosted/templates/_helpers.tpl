@@ -81,9 +81,27 @@ operator sets it, else the Shoot's node network (spec.networking.nodes, comma-se
 {{- if .Values.exposureEndpointCIDRs -}}
 {{- $bounds = .Values.exposureEndpointCIDRs -}}
 {{- else -}}
-{{- range (splitList "," (dig "shoot" "spec" "networking" "nodes" "" (.Values.gardener | default dict))) }}{{ if trim . }}{{ $bounds = append $bounds (trim .) }}{{ end }}{{ end -}}
+{{- $bounds = include "nodeNetwork" . | fromJsonArray -}}
 {{- end -}}
 {{- toJson $bounds -}}
+{{- end -}}
+
+{{- /*
+nodeNetwork: the Shoot's node network (spec.networking.nodes, comma-separated when dual-stack), as a JSON list.
+*/ -}}
+{{- define "nodeNetwork" -}}
+{{- $cidrs := list -}}
+{{- range (splitList "," (dig "shoot" "spec" "networking" "nodes" "" (.Values.gardener | default dict))) }}{{ if trim . }}{{ $cidrs = append $cidrs (trim .) }}{{ end }}{{ end -}}
+{{- toJson $cidrs -}}
+{{- end -}}
+
+{{- /*
+l2InNodeNetwork: "true" when the pools are bounded by what the Shoot declares (no exposurePoolCIDRs) and it declares
+an L2 announcement (the default): its VIP must then lie in the node network too, where clients look for it by ARP and
+NDP. An operator who routes a VIP range onto the segment says so with exposurePoolCIDRs.
+*/ -}}
+{{- define "l2InNodeNetwork" -}}
+{{- and (not .Values.exposurePoolCIDRs) (eq (dig "announcement" "L2" (include "declaredExposure" . | fromJson)) "L2") -}}
 {{- end -}}
 
 {{- /*

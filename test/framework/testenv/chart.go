@@ -169,8 +169,9 @@ func (e *Env) MetricsReaderToken(ctx context.Context) (string, error) {
 }
 
 // ExposurePoolCIDRs are the blocks the exposures' pools may take where InstallChart installs the chart: the ranges for
-// documentation (RFC 5737, RFC 3849) and for benchmarks (RFC 2544), which no packet of the suites leaves the machine for.
-var ExposurePoolCIDRs = []string{"203.0.113.0/24", "198.51.100.0/24", "198.18.0.0/15", "2001:db8::/32"}
+// documentation (RFC 5737, RFC 3849) and for benchmarks (RFC 2544), which no packet of the suites leaves the machine
+// for, and a range of the fixtures' node network for VIPs announced there.
+var ExposurePoolCIDRs = []string{"203.0.113.0/24", "198.51.100.0/24", "198.18.0.0/15", "2001:db8::/32", "10.0.255.0/24"}
 
 // ExposureEndpointCIDRs are the addresses the exposures' EndpointSlices may name where InstallChart installs the chart:
 // the fixtures' node network and the addresses the datapath suites and the bench give their control-plane nodes.

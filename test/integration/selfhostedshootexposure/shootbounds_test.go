@@ -34,8 +34,8 @@ const declaredBGP = `{"apiVersion":"cilium-selfhosted.extensions.gardener.cloud/
 // carries, so the test installs a copy of the writes policy as gardenlet renders it from the Shoot) lets the extension's
 // token write exactly what the Shoot declares: its pool, its BGP peer with its ASN and password Secret, EndpointSlices
 // in its node network; and refuses, naming the field, a pool, a peer, an ASN, a Secret and an endpoint outside them,
-// each of which the suite's values would admit. A Shoot that declares nothing allows no pool and no peer, and the
-// message says what to declare.
+// each of which the suite's values would admit. A pool the Shoot declares for L2 must lie in its node network too. A
+// Shoot that declares nothing allows no pool and no peer, and the message says what to declare.
 func TestConfinedToWhatTheShootDeclares(t *testing.T) {
 	ctx := context.Background()
 	asExtension := env.ExtensionClient(t)
@@ -49,6 +49,25 @@ func TestConfinedToWhatTheShootDeclares(t *testing.T) {
 	t.Run("declared", func(t *testing.T) {
 		withBoundsOf(t, fixtures.WithExposureConfig(fixtures.Shoot(true), declaredBGP), outsideThePool)
 		declared(t, asExtension, bgp, l2, outsideThePool)
+	})
+	t.Run("L2 declared", func(t *testing.T) {
+		// The same pool, declared for L2: outside the node network, refused though declared; inside it, admitted.
+		outside := strings.NewReplacer(`"announcement":"BGP",`, ``, `"198.51.100.248/30"`, `"203.0.113.0/28"`).Replace(declaredBGP)
+		withBoundsOf(t, fixtures.WithExposureConfig(fixtures.Shoot(true), outside), outsideThePool)
+		err := asExtension.Create(ctx, outsideThePool, client.DryRunAll)
+		if err == nil || !strings.Contains(err.Error(), "test-from-the-shoot") || !strings.Contains(err.Error(), "node network") {
+			t.Errorf("a declared L2 pool outside the node network, written as the extension: %v, want a refusal that names the node network", err)
+		}
+	})
+	t.Run("L2 declared in the node network", func(t *testing.T) {
+		inside := strings.NewReplacer(`"announcement":"BGP",`, ``, `"198.51.100.248/30"`, `"10.0.255.0/28"`).Replace(declaredBGP)
+		inThePool := changed(l2.Pool, func(p *ciliumv2.CiliumLoadBalancerIPPool) {
+			p.Spec.Blocks = []ciliumv2.CiliumLoadBalancerIPPoolIPBlock{{Cidr: "10.0.255.0/28"}}
+		})
+		withBoundsOf(t, fixtures.WithExposureConfig(fixtures.Shoot(true), inside), outsideThePool)
+		if err := asExtension.Create(ctx, inThePool, client.DryRunAll); err != nil {
+			t.Errorf("a declared L2 pool in the node network, written as the extension: %v", err)
+		}
 	})
 	t.Run("nothing declared", func(t *testing.T) {
 		withBoundsOf(t, fixtures.Shoot(true), bgp.Pool)
