@@ -2,7 +2,6 @@ package charts_test
 
 import (
 	"fmt"
-	kubeletapis "k8s.io/kubelet/pkg/apis"
 	"maps"
 	"slices"
 	"strconv"
@@ -20,6 +19,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	kubeletapis "k8s.io/kubelet/pkg/apis"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	extensionscmdcontroller "github.com/gardener/gardener/extensions/pkg/controller/cmd"
@@ -72,13 +72,28 @@ func render(t *testing.T, values map[string]any) []client.Object {
 // policy is the chart's admission policy whose name ends in suffix, on a self-hosted shoot.
 func policy(t *testing.T, suffix string) *admissionregistrationv1.ValidatingAdmissionPolicy {
 	t.Helper()
-	for _, p := range find[*admissionregistrationv1.ValidatingAdmissionPolicy](render(t, selfHostedValues(t, fixtures.Shoot(true)))) {
+	return policyIn(t, selfHostedValues(t, fixtures.Shoot(true)), suffix)
+}
+
+// policyIn is the chart's admission policy whose name ends in suffix, rendered with values.
+func policyIn(t *testing.T, values map[string]any, suffix string) *admissionregistrationv1.ValidatingAdmissionPolicy {
+	t.Helper()
+	for _, p := range find[*admissionregistrationv1.ValidatingAdmissionPolicy](render(t, values)) {
 		if strings.HasSuffix(p.Name, suffix) {
 			return p
 		}
 	}
 	t.Fatalf("the chart has no policy %s", suffix)
 	return nil
+}
+
+// validations are the expressions of p's validations, one a line.
+func validations(p *admissionregistrationv1.ValidatingAdmissionPolicy) string {
+	var text strings.Builder
+	for _, v := range p.Spec.Validations {
+		text.WriteString(v.Expression + "\n")
+	}
+	return text.String()
 }
 
 func find[T client.Object](objs []client.Object) []T {
@@ -575,26 +590,19 @@ func TestLeaseNamed(t *testing.T) {
 // Services, by the names Cilium gives them.
 func TestLeasePolicyNamesTheExposuresLeases(t *testing.T) {
 	prefix := cilium.L2AnnouncementLeaseName(cilium.Namespace, resources.ServiceName(""))
-	var text strings.Builder
-	for _, v := range policy(t, "-confine-lease-writes").Spec.Validations {
-		text.WriteString(v.Expression + "\n")
-	}
-	if !strings.Contains(text.String(), "request.name.startsWith('"+prefix+"')") {
-		t.Errorf("the lease policy does not confine the extension to the leases named %s*:\n%s", prefix, text.String())
+	if text := validations(policy(t, "-confine-lease-writes")); !strings.Contains(text, "request.name.startsWith('"+prefix+"')") {
+		t.Errorf("the lease policy does not confine the extension to the leases named %s*:\n%s", prefix, text)
 	}
 }
 
 // TestPortsPinnedToKubeAPIServers: an exposure's Service and EndpointSlices carry kube-apiserver's port, the one
 // Gardener writes into the exposure's spec.port, and nothing else.
 func TestPortsPinnedToKubeAPIServers(t *testing.T) {
-	var text strings.Builder
-	for _, v := range policy(t, "-confine-writes").Spec.Validations {
-		text.WriteString(v.Expression + "\n")
-	}
+	text := validations(policy(t, "-confine-writes"))
 	port := strconv.Itoa(kubeapiserverconstants.Port)
 	for _, want := range []string{"object.spec.ports[0].port == " + port + " ", "object.ports[0].?port.orValue(0) == " + port + " "} {
-		if !strings.Contains(text.String(), want) {
-			t.Errorf("the writes policy does not hold %q:\n%s", want, text.String())
+		if !strings.Contains(text, want) {
+			t.Errorf("the writes policy does not hold %q:\n%s", want, text)
 		}
 	}
 }
@@ -638,17 +646,8 @@ func TestBoundsFromTheShootOrTheOperator(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			values := selfHostedValues(t, tc.shoot)
 			maps.Copy(values, tc.values)
-			var p *admissionregistrationv1.ValidatingAdmissionPolicy
-			for _, o := range find[*admissionregistrationv1.ValidatingAdmissionPolicy](render(t, values)) {
-				if strings.HasSuffix(o.Name, "-confine-writes") {
-					p = o
-				}
-			}
-			if p == nil {
-				t.Fatal("no policy confines the extension's writes")
-			}
 			got := map[string]string{}
-			for _, v := range p.Spec.Variables {
+			for _, v := range policyIn(t, values, "-confine-writes").Spec.Variables {
 				if _, ok := tc.want[v.Name]; ok {
 					got[v.Name] = v.Expression
 				}
@@ -663,16 +662,13 @@ func TestBoundsFromTheShootOrTheOperator(t *testing.T) {
 // TestKubeletLabelsAsNodeRestriction: the writes policy's list of the labels a kubelet may set on its own Node is
 // NodeRestriction's (k8s.io/kubelet pkg/apis), which the providerConfig's validation uses through Gardener.
 func TestKubeletLabelsAsNodeRestriction(t *testing.T) {
-	var text strings.Builder
-	for _, v := range policy(t, "-confine-writes").Spec.Validations {
-		text.WriteString(v.Expression)
-	}
+	text := validations(policy(t, "-confine-writes"))
 	for _, list := range [][]string{kubeletapis.KubeletLabels(), kubeletapis.KubeletLabelNamespaces()} {
 		quoted := make([]string, len(list))
 		for i, l := range list {
 			quoted[i] = `"` + l + `"`
 		}
-		if want := "[" + strings.Join(quoted, ", ") + "]"; !strings.Contains(text.String(), want) {
+		if want := "[" + strings.Join(quoted, ", ") + "]"; !strings.Contains(text, want) {
 			t.Errorf("the writes policy does not hold %s", want)
 		}
 	}
@@ -696,15 +692,7 @@ func TestL2PoolsInTheNodeNetworkByDefault(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			values := selfHostedValues(t, tc.shoot)
 			maps.Copy(values, tc.values)
-			got := false
-			for _, p := range find[*admissionregistrationv1.ValidatingAdmissionPolicy](render(t, values)) {
-				if strings.HasSuffix(p.Name, "-confine-writes") {
-					got = slices.ContainsFunc(p.Spec.Validations, func(v admissionregistrationv1.Validation) bool {
-						return strings.Contains(v.Expression, `["`+fixtures.NodeNetwork+`"].exists(n`)
-					})
-				}
-			}
-			if got != tc.want {
+			if got := strings.Contains(validations(policyIn(t, values, "-confine-writes")), `["`+fixtures.NodeNetwork+`"].exists(n`); got != tc.want {
 				t.Errorf("pools held to the node network: %t, want %t", got, tc.want)
 			}
 		})

@@ -148,58 +148,59 @@ type nodeWriteLatencies struct {
 
 // measure writes the Nodes' statuses at steadyRate for steadyDuration, then all of them at once, as their kubelets.
 func (l *nodeWriteLatencies) measure(ctx context.Context, cs kubernetes.Interface, names []string) error {
-	var (
-		mu   sync.Mutex
-		errs []error
-		wg   sync.WaitGroup
-	)
-	write := func(name string) {
-		took, err := writeNodeStatus(ctx, cs, name)
-		mu.Lock()
-		defer mu.Unlock()
-		if err != nil {
-			errs = append(errs, err)
-			return
-		}
-		l.steady = append(l.steady, took)
-	}
+	var steady statusWrites
 	tick := time.NewTicker(time.Second / steadyRate)
 	for i := range int(steadyDuration.Seconds()) * steadyRate {
 		<-tick.C
-		wg.Go(func() { write(names[i%len(names)]) })
+		steady.start(ctx, cs, names[i%len(names)])
 	}
 	tick.Stop()
-	wg.Wait()
-	if len(errs) > 0 {
-		return fmt.Errorf("%d of the kubelets' status writes failed, the first: %w", len(errs), errs[0])
+	if err := steady.wait(&l.steady); err != nil {
+		return err
 	}
 	return l.burstOnce(ctx, cs, names)
 }
 
 // burstOnce writes every Node's status at once, as each Node's kubelet.
 func (l *nodeWriteLatencies) burstOnce(ctx context.Context, cs kubernetes.Interface, names []string) error {
-	var (
-		mu   sync.Mutex
-		errs []error
-		wg   sync.WaitGroup
-	)
+	var burst statusWrites
 	start := time.Now()
 	for _, name := range names {
-		wg.Go(func() {
-			took, err := writeNodeStatus(ctx, cs, name)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, err)
-				return
-			}
-			l.burst = append(l.burst, took)
-		})
+		burst.start(ctx, cs, name)
 	}
-	wg.Wait()
+	err := burst.wait(&l.burst)
 	l.bursts = append(l.bursts, time.Since(start))
-	if len(errs) > 0 {
-		return fmt.Errorf("%d of the kubelets' status writes failed, the first: %w", len(errs), errs[0])
+	return err
+}
+
+// statusWrites are kubelets' status writes in flight and what they took.
+type statusWrites struct {
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	took []time.Duration
+	errs []error
+}
+
+// start writes Node name's status as its kubelet, in the background.
+func (w *statusWrites) start(ctx context.Context, cs kubernetes.Interface, name string) {
+	w.wg.Go(func() {
+		took, err := writeNodeStatus(ctx, cs, name)
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if err != nil {
+			w.errs = append(w.errs, err)
+			return
+		}
+		w.took = append(w.took, took)
+	})
+}
+
+// wait waits for the writes, adds what they took to into and fails if any failed.
+func (w *statusWrites) wait(into *[]time.Duration) error {
+	w.wg.Wait()
+	*into = append(*into, w.took...)
+	if len(w.errs) > 0 {
+		return fmt.Errorf("%d of the kubelets' status writes failed, the first: %w", len(w.errs), w.errs[0])
 	}
 	return nil
 }

@@ -43,6 +43,17 @@ nameUnder (list NAME STEM): CEL that NAME is derived from STEM and a suffix of i
 {{- end -}}
 
 {{- /*
+blockWithin (list BLOCK CIDR): CEL that the pool block BLOCK (a cidr, or start and stop) lies in the CIDR CIDR.
+*/ -}}
+{{- define "blockWithin" -}}
+{{- $b := index . 0 }}{{ $c := index . 1 -}}
+(isCIDR({{ $c }}) && (has({{ $b }}.cidr) ?
+  isCIDR({{ $b }}.cidr) && cidr({{ $c }}).containsCIDR(cidr({{ $b }}.cidr).masked()) :
+  isIP({{ $b }}.?start.orValue('')) && isIP({{ $b }}.?stop.orValue({{ $b }}.start)) &&
+    cidr({{ $c }}).containsIP({{ $b }}.start) && cidr({{ $c }}).containsIP({{ $b }}.?stop.orValue({{ $b }}.start))))
+{{- end -}}
+
+{{- /*
 declaredExposure: the providerConfig the Shoot declares for its exposure
 (spec.provider.workers[].controlPlane.exposure.extension.providerConfig), as JSON, {} when it declares none. gardenlet
 and gardenadm give the chart the Shoot as gardener.shoot (controllerinstallation reconciler) and render it again when

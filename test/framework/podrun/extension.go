@@ -69,8 +69,8 @@ func (s *Sandbox) ReadinessProbe(c Container, started *Started) func(context.Con
 // TakeOver runs the extension as its chart's pod on node (InternalIP podIP) in s and hands it the controllers and the
 // webhooks: env's extension, on this machine's network where the sandbox's addresses do not exist, stops and releases
 // its lease, kube-apiserver's calls to the webhook URL the chart names go to the pod's webhook server on the sandbox's
-// loopback (kube-apiserver standing for the node's own, which calls it there), and the pod, once ready, leads. giveBack stops the pod and the route and
-// starts env's extension again.
+// loopback (kube-apiserver standing for the node's own, which calls it there), and the pod, once ready, leads.
+// giveBack stops the pod and the route and starts env's extension again.
 func (s *Sandbox) TakeOver(ctx context.Context, env *testenv.Env, node, podIP, dir, logPath string) (pod *Started, giveBack func() error, err error) {
 	c, err := ForExtension(ctx, env, node, podIP)
 	if err != nil {

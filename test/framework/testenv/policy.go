@@ -6,6 +6,7 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -31,4 +32,15 @@ func CreatePolicy(t *testing.T, c client.Client, policy *admissionregistrationv1
 			t.Errorf("policy %s still enforced after its deletion: %v", policy.Name, err)
 		}
 	})
+}
+
+// PolicyBinding binds the policy of that name, under its name, denying what it refuses, with param as its parameter
+// (nil: none).
+func PolicyBinding(policy string, param *admissionregistrationv1.ParamRef) *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
+	return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: policy},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName: policy, ParamRef: param, ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+		},
+	}
 }

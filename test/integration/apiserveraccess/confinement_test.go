@@ -88,7 +88,8 @@ func TestExtensionWritesOnlyWhatItOwns(t *testing.T) {
 // RBAC lets it patch by name) can take only the webhooks the extension writes: one on Secrets, one that calls another
 // server, one for every namespace, one that fails closed, one under another name, one with match conditions of its
 // own, none, one dropped, one with another timeout, side effects, match policy or object selector are refused by the
-// chart's policy (kube-apiserver itself refuses a webhook twice and side effects Unknown), while its webhooks as they are pass (TestCARotation rotates the CA bundle under the policy).
+// chart's policy (kube-apiserver itself refuses a webhook twice and side effects Unknown), while its webhooks as they
+// are pass (TestCARotation rotates the CA bundle under the policy).
 func TestExtensionWritesOnlyItsOwnWebhooks(t *testing.T) {
 	ctx := context.Background()
 	asExtension := env.ExtensionClient(t)

@@ -56,7 +56,7 @@ func TestBrokenNodePolicyStillAdmitsKubeletAndNodeAgent(t *testing.T) {
 		for i := range broken.Spec.Validations {
 			broken.Spec.Validations[i].Expression = "object.metadata.labels['test.invalid/no-such-label'] == ''"
 		}
-		create(t, broken, binding(broken.Name, nil))
+		create(t, broken, testenv.PolicyBinding(broken.Name, nil))
 	}
 	// The copies hold once the agent's own annotation, which the chart's policies let through, is refused.
 	refusedByCopy := func(ctx context.Context) (bool, error) {
@@ -83,7 +83,7 @@ func TestBrokenNodePolicyStillAdmitsKubeletAndNodeAgent(t *testing.T) {
 	withParam := chartNodePolicies(t)[0].DeepCopy()
 	withParam.ObjectMeta = metav1.ObjectMeta{Name: "test-missing-parameter"}
 	withParam.Spec.ParamKind = &admissionregistrationv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"}
-	create(t, withParam, binding(withParam.Name, &admissionregistrationv1.ParamRef{
+	create(t, withParam, testenv.PolicyBinding(withParam.Name, &admissionregistrationv1.ParamRef{
 		Name: "test-missing", Namespace: metav1.NamespaceSystem, ParameterNotFoundAction: ptr.To(admissionregistrationv1.DenyAction),
 	}))
 	var last error
@@ -93,15 +93,6 @@ func TestBrokenNodePolicyStillAdmitsKubeletAndNodeAgent(t *testing.T) {
 	}
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, refusesKubelet); err != nil {
 		t.Errorf("a Node policy whose parameter is missing did not refuse kubelet's write (%v), which is why the chart's take none: %v", last, err)
-	}
-}
-
-func binding(policy string, param *admissionregistrationv1.ParamRef) *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
-	return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: policy},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName: policy, ParamRef: param, ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
-		},
 	}
 }
 

@@ -151,6 +151,11 @@ func stolenCiliumObjects(l2, bgp *resources.Objects) map[string]client.Object {
 		resources.SelectorKeyServiceNamespace: "kube-system", resources.SelectorKeyServiceName: "kube-dns",
 		resources.LabelExposureName: "stolen", resources.LabelExposureNamespace: "kube-system",
 	}}
+	withCommunities := func(c ciliumv2.BGPCommunities) client.Object {
+		return changed(bgp.Advertisement, func(a *ciliumv2.CiliumBGPAdvertisement) {
+			a.Spec.Advertisements[0].Attributes = &ciliumv2.BGPAttributes{Communities: &c}
+		})
+	}
 	return map[string]client.Object{
 		"a ConfigMap of another name": &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "coredns-custom", Labels: resources.Labels("stolen", "kube-system")}},
 		"a pool for every Service": changed(l2.Pool, func(p *ciliumv2.CiliumLoadBalancerIPPool) {
@@ -198,18 +203,10 @@ func stolenCiliumObjects(l2, bgp *resources.Objects) map[string]client.Object {
 		"a BGP peer outside the operator's exposurePeerCIDRs": changed(bgp.ClusterConfig, func(c *ciliumv2.CiliumBGPClusterConfig) {
 			c.Spec.BGPInstances[0].Peers[0].PeerAddress = new("198.51.100.1")
 		}),
-		"a BGP advertisement with the blackhole community": changed(bgp.Advertisement, func(a *ciliumv2.CiliumBGPAdvertisement) {
-			a.Spec.Advertisements[0].Attributes = &ciliumv2.BGPAttributes{Communities: &ciliumv2.BGPCommunities{Standard: []ciliumv2.BGPStandardCommunity{"65535:666"}}}
-		}),
-		"a BGP advertisement with the blackhole community as a number": changed(bgp.Advertisement, func(a *ciliumv2.CiliumBGPAdvertisement) {
-			a.Spec.Advertisements[0].Attributes = &ciliumv2.BGPAttributes{Communities: &ciliumv2.BGPCommunities{Standard: []ciliumv2.BGPStandardCommunity{"4294902426"}}}
-		}),
-		"a BGP advertisement with no-export": changed(bgp.Advertisement, func(a *ciliumv2.CiliumBGPAdvertisement) {
-			a.Spec.Advertisements[0].Attributes = &ciliumv2.BGPAttributes{Communities: &ciliumv2.BGPCommunities{WellKnown: []ciliumv2.BGPWellKnownCommunity{"no-export"}}}
-		}),
-		"a BGP advertisement with a large community of AS 65535": changed(bgp.Advertisement, func(a *ciliumv2.CiliumBGPAdvertisement) {
-			a.Spec.Advertisements[0].Attributes = &ciliumv2.BGPAttributes{Communities: &ciliumv2.BGPCommunities{Large: []ciliumv2.BGPLargeCommunity{"65535:0:666"}}}
-		}),
+		"a BGP advertisement with the blackhole community":             withCommunities(ciliumv2.BGPCommunities{Standard: []ciliumv2.BGPStandardCommunity{"65535:666"}}),
+		"a BGP advertisement with the blackhole community as a number": withCommunities(ciliumv2.BGPCommunities{Standard: []ciliumv2.BGPStandardCommunity{"4294902426"}}),
+		"a BGP advertisement with no-export":                           withCommunities(ciliumv2.BGPCommunities{WellKnown: []ciliumv2.BGPWellKnownCommunity{"no-export"}}),
+		"a BGP advertisement with a large community of AS 65535":       withCommunities(ciliumv2.BGPCommunities{Large: []ciliumv2.BGPLargeCommunity{"65535:0:666"}}),
 	}
 }
 

@@ -113,7 +113,6 @@ func declared(t *testing.T, asExtension client.Client, bgp, l2 *resources.Object
 			t.Errorf("%s, written as the extension: %v, want a refusal by the policy from the Shoot naming %s", what, err, tc.field)
 		}
 	}
-
 }
 
 // withBoundsOf installs, until t ends, the chart's writes policy as gardenlet renders it for shoot with the chart's
@@ -144,18 +143,12 @@ func withBoundsOf(t *testing.T, shoot *gardencorev1beta1.Shoot, probe client.Obj
 		t.Fatal("the chart has no writes policy")
 	}
 	policy.ObjectMeta = metav1.ObjectMeta{Name: "test-from-the-shoot"}
-	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: policy.Name},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName: policy.Name, ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
-		},
-	}
 	asExtension := env.ExtensionClient(t)
 	refused := func(ctx context.Context) bool {
 		err := asExtension.Create(ctx, probe, client.DryRunAll)
 		return err != nil && strings.Contains(err.Error(), policy.Name)
 	}
-	testenv.CreatePolicy(t, env.Client, policy, binding, refused)
+	testenv.CreatePolicy(t, env.Client, policy, testenv.PolicyBinding(policy.Name, nil), refused)
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) { return refused(ctx), nil }); err != nil {
 		t.Fatalf("policy %s not enforced: %v", policy.Name, err)
 	}
