@@ -183,26 +183,17 @@ func (c *Cluster) routeWebhooks(l net.Listener, port string) {
 }
 
 // dialWebhook connects, inside the node as its kube-apiserver does, to the loopback of the first control-plane node
-// whose kube-apiserver is up (its localhost:443 accepts: a node whose kube-apiserver is down calls no webhook) and
-// whose extension pod is ready and accepts. A pod that is not ready yet may answer from informers that have not synced.
+// whose extension pod is ready and accepts. A pod that is not ready yet may answer from informers that have not
+// synced.
 func (c *Cluster) dialWebhook(port string) (net.Conn, error) {
 	var errs []error
-	dial := func(n *Node, address string) (net.Conn, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), webhookDialTimeout)
-		defer cancel()
-		return n.netns.DialContext(ctx, "tcp", address)
-	}
 	for _, n := range c.Nodes() {
 		if !n.ControlPlane || !n.servingExtension() {
 			continue
 		}
-		apiserver, err := dial(n, "localhost:443")
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s's kube-apiserver: %w", n.Name, err))
-			continue
-		}
-		apiserver.Close()
-		conn, err := dial(n, net.JoinHostPort("127.0.0.1", port))
+		ctx, cancel := context.WithTimeout(context.Background(), webhookDialTimeout)
+		conn, err := n.netns.DialContext(ctx, "tcp", net.JoinHostPort("127.0.0.1", port))
+		cancel()
 		if err == nil {
 			return conn, nil
 		}
