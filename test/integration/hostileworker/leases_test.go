@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -45,13 +46,16 @@ func TestHostileWorkerCannotTakeLeases(t *testing.T) {
 	tenantLease := heldLease(t, "web")
 	// update sends the stored lease namespace/name with holder and a duration of an hour, as Cilium's and the
 	// extension's RBAC allow: an update, not a patch.
+	// update is read afresh on a conflict: the extension renews its own lease every few seconds.
 	update := func(c client.Client, namespace, name, holder string) error {
-		lease := &coordinationv1.Lease{}
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, lease); err != nil {
-			return err
-		}
-		lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds = ptr.To(holder), ptr.To[int32](3600)
-		return c.Update(ctx, lease, &client.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			lease := &coordinationv1.Lease{}
+			if err := env.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, lease); err != nil {
+				return err
+			}
+			lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds = ptr.To(holder), ptr.To[int32](3600)
+			return c.Update(ctx, lease, &client.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		})
 	}
 	newLease := func(namespace, name, holder string) *coordinationv1.Lease {
 		return &coordinationv1.Lease{
