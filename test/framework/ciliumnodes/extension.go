@@ -159,6 +159,9 @@ func (c *Cluster) stopExtension() error {
 	return c.env.Extensions().StartAgain()
 }
 
+// routeWebhooks carries the test kube-apiserver's webhook calls, which stand for each control-plane node's
+// kube-apiserver calling its own node's extension pod on loopback, into a node that calls webhooks (dialWebhook), for
+// as long as that node does (endWebhookCalls).
 func (c *Cluster) routeWebhooks(l net.Listener, port string) {
 	var conns sync.WaitGroup
 	defer conns.Wait()
@@ -169,11 +172,15 @@ func (c *Cluster) routeWebhooks(l net.Listener, port string) {
 		}
 		conns.Go(func() {
 			defer in.Close()
-			out, err := c.dialWebhook(port)
+			out, n, err := c.dialWebhook(port)
 			if err != nil {
 				return
 			}
 			defer out.Close()
+			if !n.addWebhookCall(in) {
+				return
+			}
+			defer n.removeWebhookCall(in)
 			done := make(chan struct{}, 2)
 			go func() { _, _ = io.Copy(out, in); done <- struct{}{} }()
 			go func() { _, _ = io.Copy(in, out); done <- struct{}{} }()
@@ -183,26 +190,68 @@ func (c *Cluster) routeWebhooks(l net.Listener, port string) {
 }
 
 // dialWebhook connects, inside the node as its kube-apiserver does, to the loopback of the first control-plane node
-// whose extension pod is ready and accepts. A pod that is not ready yet may answer from informers that have not
-// synced.
-func (c *Cluster) dialWebhook(port string) (net.Conn, error) {
+// that calls webhooks and whose extension pod is ready and accepts. A pod that is not ready yet may answer from
+// informers that have not synced.
+func (c *Cluster) dialWebhook(port string) (net.Conn, *Node, error) {
 	var errs []error
 	for _, n := range c.Nodes() {
-		if !n.ControlPlane || !n.servingExtension() {
+		if !n.ControlPlane || !n.callsWebhooks() || !n.servingExtension() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), webhookDialTimeout)
 		conn, err := n.netns.DialContext(ctx, "tcp", net.JoinHostPort("127.0.0.1", port))
 		cancel()
 		if err == nil {
-			return conn, nil
+			return conn, n, nil
 		}
 		errs = append(errs, err)
 	}
 	if len(errs) == 0 {
-		return nil, errors.New("no extension pod is ready")
+		return nil, nil, errors.New("no extension pod is ready")
 	}
-	return nil, errors.Join(errs...)
+	return nil, nil, errors.Join(errs...)
+}
+
+// callsWebhooks says whether the node's kube-apiserver calls webhooks: not while it is switched off, nor while the
+// node hangs.
+func (n *Node) callsWebhooks() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return !n.apiServerOff && !n.silenced
+}
+
+// addWebhookCall records a connection routed to the node's extension pod, unless the node calls no webhooks (any
+// more): then it says false.
+func (n *Node) addWebhookCall(conn net.Conn) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.apiServerOff || n.silenced {
+		return false
+	}
+	if n.webhookCalls == nil {
+		n.webhookCalls = map[net.Conn]struct{}{}
+	}
+	n.webhookCalls[conn] = struct{}{}
+	return true
+}
+
+func (n *Node) removeWebhookCall(conn net.Conn) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.webhookCalls, conn)
+}
+
+// endWebhookCalls closes the connections routed to the node's extension pod once its kube-apiserver stopped calling:
+// kube-apiserver keeps its connections to a webhook open across calls, and the node's loopback stays up when its link
+// goes down, so without this the calls of every node's kube-apiserver would go on to a pod cut off from kube-apiserver,
+// whose informers no longer follow it (session 28's TestVIPFailover failure, docs/development/testing.md).
+func (n *Node) endWebhookCalls() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for conn := range n.webhookCalls {
+		_ = conn.Close()
+	}
+	clear(n.webhookCalls)
 }
 
 // startExtension runs the extension container of the node's stored pod, in cgroup, with args added, and reports the

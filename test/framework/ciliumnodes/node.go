@@ -75,6 +75,11 @@ type Node struct {
 	extensionReady *podrun.Started
 	// apiServerDown: the node's kube-apiserver was switched off with its link (LinkDown).
 	apiServerDown bool
+	// apiServerOff: the node's kube-apiserver is switched off (SwitchAPIServer), for whatever reason.
+	apiServerOff bool
+	// webhookCalls are the test kube-apiserver's connections the harness routed to the node's extension pod, standing
+	// for the node's own kube-apiserver's calls (routeWebhooks).
+	webhookCalls map[net.Conn]struct{}
 	// agentPod is the UID of the pod the agent runs.
 	agentPod types.UID
 	// silenced: the node's switch port forwards nothing (Hung).
@@ -669,6 +674,12 @@ func (n *Node) SwitchAPIServer(on bool) error {
 			return err
 		}
 	}
+	n.mu.Lock()
+	n.apiServerOff = !on
+	n.mu.Unlock()
+	if !on {
+		n.endWebhookCalls()
+	}
 	return nil
 }
 
@@ -713,6 +724,7 @@ func (n *Node) silence() error {
 	n.mu.Lock()
 	n.silenced = true
 	n.mu.Unlock()
+	n.endWebhookCalls()
 	return nil
 }
 
