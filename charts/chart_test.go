@@ -291,6 +291,16 @@ func TestWebhookConfigurationPolicyNamesTheWebhooks(t *testing.T) {
 			t.Errorf("the policy does not hold %s:\n%s", want, text.String())
 		}
 	}
+	// The match conditions the extension writes (webhook/apiserveraccess MatchConditions), each webhook's one.
+	for name, conditions := range apiserveraccess.MatchConditions {
+		if len(conditions) != 1 {
+			t.Fatalf("%s has %d match conditions; the policy pins one", name, len(conditions))
+		}
+		want := fmt.Sprintf("'%s': {'name': '%s', 'expression': %q}", name, conditions[0].Name, conditions[0].Expression)
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("the policy does not hold %s:\n%s", want, text.String())
+		}
+	}
 }
 
 // TestExposuresWrittenOnlyInKubeSystem: a self-hosted shoot's SelfHostedShootExposure lives in kube-system; the

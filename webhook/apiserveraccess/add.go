@@ -49,8 +49,8 @@ func AddOperatorWebhook(mgr manager.Manager) (*extensionswebhook.Webhook, error)
 }
 
 // AddConfigWebhook adds the webhook for the `cilium-config` ConfigMap. Cilium's chart gives that ConfigMap no labels,
-// so no object selector can single it out: the webhook sees every ConfigMap in kube-system and the mutator picks it
-// by name.
+// so no object selector can single it out: its match condition does (MatchConditions), and the mutator picks it by
+// name as well.
 func AddConfigWebhook(mgr manager.Manager) (*extensionswebhook.Webhook, error) {
 	return newWebhook(mgr, ConfigWebhookName, nil, &corev1.ConfigMap{})
 }

@@ -66,7 +66,7 @@ var kinds = []kind{
 			return &corev1.ConfigMap{ObjectMeta: p.Metadata.objectMeta(), Data: p.Data}
 		},
 		data: func(obj client.Object) *map[string]string { return &obj.(*corev1.ConfigMap).Data },
-		// Cilium's chart gives `cilium-config` no labels: the webhook sees every ConfigMap of kube-system.
+		// Cilium's chart gives `cilium-config` no labels: the match condition picks it (MatchConditions), and so does this.
 		selects: func(obj, _ client.Object) bool { return obj.GetName() == cilium.ConfigMapName },
 		mutate: func(ctx context.Context, m *mutator, _ *kind, obj client.Object, shoot *gardencorev1beta1.Shoot) error {
 			m.mutateCiliumConfig(ctx, obj.(*corev1.ConfigMap), shoot)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
@@ -23,6 +24,7 @@ import (
 // development) the certificates are generated when the wiring runs, so it runs once, in the process's manager, and
 // each replica registers its own CA.
 func (o *options) addWebhooks(ctx context.Context, mgr manager.Manager) error {
+	mgr = withMatchConditions{Manager: mgr}
 	if o.registeringWebhookServer != nil {
 		mgr = withWebhookServer{Manager: mgr, server: o.registeringWebhookServer}
 	}
@@ -52,7 +54,7 @@ func (o *options) addLeaderWebhookParts(ctx context.Context, process, term manag
 	}
 	defer os.RemoveAll(certDir)
 	unserved := webhook.NewServer(webhook.Options{CertDir: certDir})
-	_, err = o.webhooks.Completed().AddToManager(ctx, runnablesNeedingLeadership{Manager: term, leader: true, server: unserved}, nil)
+	_, err = o.webhooks.Completed().AddToManager(ctx, runnablesNeedingLeadership{Manager: withMatchConditions{Manager: term}, leader: true, server: unserved}, nil)
 	return err
 }
 
@@ -102,6 +104,14 @@ var webhookLimits = webhookserver.Limits{
 	ReadTimeout:   time.Duration(apiserveraccess.TimeoutSeconds) * time.Second,
 	HandleTimeout: time.Duration(apiserveraccess.TimeoutSeconds) * time.Second,
 	InFlight:      8,
+}
+
+// withMatchConditions is a manager whose client writes the webhooks' match conditions into the
+// MutatingWebhookConfiguration that Gardener's wiring registers with it (apiserveraccess.WithMatchConditions).
+type withMatchConditions struct{ manager.Manager }
+
+func (m withMatchConditions) GetClient() client.Client {
+	return apiserveraccess.WithMatchConditions(m.Manager.GetClient())
 }
 
 // withWebhookServer is a manager whose webhook server is server, for Gardener's wiring, which registers its handlers

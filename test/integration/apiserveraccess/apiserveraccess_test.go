@@ -81,6 +81,9 @@ func TestRegistration(t *testing.T) {
 		if name != apiserveraccess.ConfigWebhookName && wh.ObjectSelector == nil {
 			t.Errorf("%s: no objectSelector", name)
 		}
+		if !slices.Equal(wh.MatchConditions, apiserveraccess.MatchConditions[name]) {
+			t.Errorf("%s: matchConditions %v, want %v", name, wh.MatchConditions, apiserveraccess.MatchConditions[name])
+		}
 		delete(wantResources, name)
 	}
 	if len(wantResources) != 0 {

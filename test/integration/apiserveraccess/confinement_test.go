@@ -27,6 +27,7 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/webhook/apiserveraccess"
 )
 
 // TestExtensionWritesOnlyWhatItOwns: with the extension's own identity (the chart's ServiceAccount), writes to
@@ -123,6 +124,20 @@ func TestExtensionWritesOnlyItsOwnWebhooks(t *testing.T) {
 		},
 		"a webhook with match conditions": func(_ *admissionregistrationv1.MutatingWebhookConfiguration, w *admissionregistrationv1.MutatingWebhook) {
 			w.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "all", Expression: "true"}}
+		},
+		"the config webhook on every ConfigMap of kube-system": func(mwc *admissionregistrationv1.MutatingWebhookConfiguration, _ *admissionregistrationv1.MutatingWebhook) {
+			for i, w := range mwc.Webhooks {
+				if strings.HasPrefix(w.Name, apiserveraccess.ConfigWebhookName+".") {
+					mwc.Webhooks[i].MatchConditions = nil
+				}
+			}
+		},
+		"the config webhook on another ConfigMap": func(mwc *admissionregistrationv1.MutatingWebhookConfiguration, _ *admissionregistrationv1.MutatingWebhook) {
+			for i, w := range mwc.Webhooks {
+				if strings.HasPrefix(w.Name, apiserveraccess.ConfigWebhookName+".") && len(w.MatchConditions) == 1 {
+					mwc.Webhooks[i].MatchConditions[0].Expression = "object.metadata.name == 'coredns'"
+				}
+			}
 		},
 		"another webhook": func(mwc *admissionregistrationv1.MutatingWebhookConfiguration, w *admissionregistrationv1.MutatingWebhook) {
 			other := w.DeepCopy()
@@ -437,4 +452,33 @@ func TestExtensionMintsNoLastingToken(t *testing.T) {
 		t.Errorf("an Opaque Secret in its namespace, written as the extension: %v", err)
 	}
 	_ = env.Client.Delete(ctx, plain)
+}
+
+// TestConfigWebhookSeesOnlyCiliumConfig: kube-apiserver calls the config webhook for `cilium-config` alone; its match
+// condition keeps every other ConfigMap of kube-system (coredns', a tenant's) from the extension, which no object
+// selector could (Cilium's chart gives cilium-config no labels). kube-apiserver counts each call a match condition
+// spared a webhook (apiserver_admission_match_condition_exclusions_total, k8s.io/apiserver
+// pkg/admission/plugin/webhook/generic/webhook.go), which only grows while this test runs.
+func TestConfigWebhookSeesOnlyCiliumConfig(t *testing.T) {
+	ctx := context.Background()
+	const exclusions = "apiserver_admission_match_condition_exclusions_total"
+	labels := map[string]string{
+		"name": apiserveraccess.ConfigWebhookName + ".cilium-selfhosted.extensions.gardener.cloud",
+		"kind": "webhook", "operation": "CREATE",
+	}
+	before, err := env.APIServerCounter(ctx, exclusions, labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: cilium.Namespace, Name: "tenant-settings"}, Data: map[string]string{"k": "v"}}
+	if err := env.Client.Create(ctx, other, client.DryRunAll); err != nil {
+		t.Fatal(err)
+	}
+	after, err := env.APIServerCounter(ctx, exclusions, labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after <= before {
+		t.Errorf("kube-apiserver called the config webhook for ConfigMap %s/%s (%s %v: %v before, %v after)", other.Namespace, other.Name, exclusions, labels, before, after)
+	}
 }
