@@ -232,8 +232,8 @@ func TestAdmissionPoliciesKeepCiliumPinned(t *testing.T) {
 	objs := render(t, selfHostedValues(t, fixtures.Shoot(true)))
 	policies := find[*admissionregistrationv1.ValidatingAdmissionPolicy](objs)
 	bindings := find[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](objs)
-	if len(policies) != 13 || len(bindings) != 13 {
-		t.Fatalf("%d policies, %d bindings, want 13 each (two keep Cilium pinned, one fixes the endpoints ConfigMap, seven confine the extension's writes, two guard Nodes, one Cilium's leases)", len(policies), len(bindings))
+	if len(policies) != 14 || len(bindings) != 14 {
+		t.Fatalf("%d policies, %d bindings, want 14 each (two keep Cilium pinned, one fixes the endpoints ConfigMap, eight confine the extension's writes, two guard Nodes, one Cilium's leases)", len(policies), len(bindings))
 	}
 	var text strings.Builder
 	for i, p := range policies {

@@ -153,3 +153,36 @@ func withBoundsOf(t *testing.T, shoot *gardencorev1beta1.Shoot, probe client.Obj
 		t.Fatalf("policy %s not enforced: %v", policy.Name, err)
 	}
 }
+
+// TestEndpointsAsGardenerWroteThem: the extension's token may give an exposure's EndpointSlice only the control-plane
+// nodes Gardener wrote into the exposure's spec.endpoints, each by its own address: a worker, a member's address under
+// another member's name and an address no node has are refused by the chart's policy, though all lie in the node
+// network that -confine-writes allows.
+func TestEndpointsAsGardenerWroteThem(t *testing.T) {
+	ctx := context.Background()
+	exp := inertExposure(t, "bounded")
+	slice := exposureObjects(t, exp.Name, exposure.AnnouncementL2).EndpointSlices[0]
+	slice.Endpoints = nil
+	for _, m := range exp.Spec.Endpoints {
+		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{m.Addresses[0].Address}, NodeName: new(m.NodeName)})
+	}
+	asExtension := env.ExtensionClient(t)
+	for what, endpoint := range map[string]discoveryv1.Endpoint{
+		"a worker": {Addresses: []string{"10.0.2.10"}, NodeName: new("worker-0")},
+		"a member's address under another's name": {Addresses: []string{"10.0.1.11"}, NodeName: new("cp-0")},
+		"an address no node has":                  {Addresses: []string{"10.0.1.99"}, NodeName: new("cp-0")},
+	} {
+		attack := changed(slice, func(s *discoveryv1.EndpointSlice) { s.Endpoints = append(s.Endpoints, endpoint) })
+		var err error
+		// The policy reads its parameters, the exposures, from an informer: the new one may take a moment to arrive.
+		if waitErr := testenv.WaitFor(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
+			err = asExtension.Create(ctx, attack, client.DryRunAll)
+			return err != nil && strings.Contains(err.Error(), "confine-endpoints"), nil
+		}); waitErr != nil {
+			t.Errorf("a slice of the exposure with %s as an endpoint, written as the extension: %v, want a refusal by the chart's policy", what, err)
+		}
+	}
+	if err := asExtension.Create(ctx, slice, client.DryRunAll); err != nil {
+		t.Errorf("the slice of the exposure's members, written as the extension: %v", err)
+	}
+}
