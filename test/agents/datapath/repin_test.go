@@ -21,6 +21,7 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/repin"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumnodes"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
 )
 
 // repinBound is how long a worker's agent may take, from the address change, to be connected to a current
@@ -71,14 +72,10 @@ func TestControlPlaneNodesAtNewAddresses(t *testing.T) {
 	// Every control-plane node moves.
 	moved = moveNodes(t, l, map[string]string{"cp-0": "10.0.1.30", "cp-1": "10.0.1.31", "cp-2": "10.0.1.32"})
 	pod = repinned(t, l, worker, pod.UID, moved)
-	events := &corev1.EventList{}
-	if err := l.env.Client.List(ctx, events, client.InNamespace(cilium.Namespace)); err != nil {
-		t.Fatal(err)
-	}
-	if !slices.ContainsFunc(events.Items, func(e corev1.Event) bool {
+	if err := testenv.WaitForEvent(ctx, l.env.Client, cilium.Namespace, func(e corev1.Event) bool {
 		return e.Reason == repin.EventReason && e.InvolvedObject.Kind == "DaemonSet"
-	}) {
-		t.Errorf("no %s event on the agents' DaemonSet", repin.EventReason)
+	}); err != nil {
+		t.Errorf("no %s event on the agents' DaemonSet: %v", repin.EventReason, err)
 	}
 
 	// Every control-plane node moves again, with re-pinning off.

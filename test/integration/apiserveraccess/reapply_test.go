@@ -184,13 +184,9 @@ func TestRefusedApplyRetriedWhenWebhookReturns(t *testing.T) {
 		t.Fatalf("Cilium's ManagedResource is not applied within 60 s of the extension's return: %v", err)
 	}
 	t.Logf("applied %s after the extension was ready again", time.Since(back).Round(100*time.Millisecond))
-	events := &corev1.EventList{}
-	if err := env.Client.List(ctx, events, client.InNamespace(cilium.Namespace)); err != nil {
-		t.Fatal(err)
-	}
-	if !slices.ContainsFunc(events.Items, func(e corev1.Event) bool {
+	if err := testenv.WaitForEvent(ctx, env.Client, cilium.Namespace, func(e corev1.Event) bool {
 		return e.InvolvedObject.Name == ciliumManagedResource && e.Reason == managedresourceretry.EventReason
-	}) {
-		t.Error("the extension did not request the reconcile (no ReconcileRequested event): the apply came from the resource manager's own backoff")
+	}); err != nil {
+		t.Errorf("the extension did not request the reconcile (no ReconcileRequested event): the apply came from the resource manager's own backoff: %v", err)
 	}
 }

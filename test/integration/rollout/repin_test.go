@@ -127,14 +127,10 @@ func TestStrandedCiliumPodsRecreated(t *testing.T) {
 	ciliumPodsPinned(t, 3)
 	t.Logf("every Cilium pod pinned to the replacement node %s after it replaced the old one", time.Since(replaced).Round(100*time.Millisecond))
 
-	events := &corev1.EventList{}
-	if err := env.Client.List(ctx, events, client.InNamespace(cilium.Namespace)); err != nil {
-		t.Fatal(err)
-	}
-	if !slices.ContainsFunc(events.Items, func(e corev1.Event) bool {
+	if err := testenv.WaitForEvent(ctx, env.Client, cilium.Namespace, func(e corev1.Event) bool {
 		return e.Reason == repin.EventReason && e.InvolvedObject.Kind == "DaemonSet"
-	}) {
-		t.Error("no RecreatingStalePod event on the agents' DaemonSet")
+	}); err != nil {
+		t.Errorf("no %s event on the agents' DaemonSet: %v", repin.EventReason, err)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -104,14 +103,10 @@ func TestSucceededMeansAnnounced(t *testing.T) {
 	if err := testenv.WaitUntilReady(ctx, env.Client, exp, time.Minute); err != nil {
 		t.Fatalf("the exposure did not succeed once cp-1 announced: %v (%+v)", err, exp.Status.LastError)
 	}
-	events := &corev1.EventList{}
-	if err := env.Client.List(ctx, events, client.InNamespace(exp.Namespace)); err != nil {
-		t.Fatal(err)
-	}
-	if !slices.ContainsFunc(events.Items, func(e corev1.Event) bool {
+	if err := testenv.WaitForEvent(ctx, env.Client, exp.Namespace, func(e corev1.Event) bool {
 		return e.InvolvedObject.Name == exp.Name && e.Reason == "Announced" && strings.Contains(e.Message, "203.0.113.193 announced by cp-1 (L2)")
-	}) {
-		t.Errorf("no event says that cp-1 announces the VIP")
+	}); err != nil {
+		t.Errorf("no event says that cp-1 announces the VIP: %v", err)
 	}
 }
 
