@@ -6,14 +6,16 @@
 #   build.sh cilium-operator [line]   the operator (LB-IPAM, BGP control plane), as in Cilium's operator-generic image
 #   build.sh cilium-dbg [line]        the agent image's CLI, whose `build-config` is the agent's `config` init container
 #   build.sh cilium-agent [line]      the agent (cold: about 7 minutes and 3 GB of memory on two cores)
+#   build.sh cilium-cni [line]        the CNI plugin the agent image installs on the node (plugins/cilium-cni)
 set -euo pipefail
 
-binary=${1:?usage: build.sh cilium-operator|cilium-dbg|cilium-agent [1.19|1.20]}
+binary=${1:?usage: build.sh cilium-operator|cilium-dbg|cilium-agent|cilium-cni [1.19|1.20]}
 line=${2:-}
 case "$binary" in
   cilium-operator) package=github.com/cilium/cilium/operator; tags=ipam_provider_operator ;;
   cilium-dbg) package=github.com/cilium/cilium/cilium-dbg; tags= ;;
   cilium-agent) package=github.com/cilium/cilium/daemon; tags= ;;
+  cilium-cni) package=github.com/cilium/cilium/plugins/cilium-cni; tags= ;;
   *) echo "unknown Cilium binary $binary" >&2; exit 1 ;;
 esac
 
