@@ -170,6 +170,14 @@ func TestExtensionWritesOnlyItsOwnWebhooks(t *testing.T) {
 			t.Errorf("%s as the extension: %v, want a refusal by the chart's policy", what, err)
 		}
 	}
+	// The refusal names the webhook that breaks the pin.
+	var slow string
+	err := write(func(_ *admissionregistrationv1.MutatingWebhookConfiguration, w *admissionregistrationv1.MutatingWebhook) {
+		w.TimeoutSeconds, slow = new(int32(30)), w.Name
+	})
+	if err == nil || !strings.Contains(err.Error(), "not so: "+slow) {
+		t.Errorf("a webhook that waits 30 s: %v, want a refusal naming %s", err, slow)
+	}
 	if err := write(func(*admissionregistrationv1.MutatingWebhookConfiguration, *admissionregistrationv1.MutatingWebhook) {
 	}); err != nil {
 		t.Errorf("writing its webhooks as they are as the extension: %v", err)
