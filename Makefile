@@ -14,6 +14,7 @@ ENVTEST_ASSETS   = $(shell hack/envtest/build.sh)
 CILIUM_OPERATOR  = $(shell hack/cilium/build.sh cilium-operator)
 CILIUM_DBG       = $(shell hack/cilium/build.sh cilium-dbg)
 CILIUM_AGENT     = $(shell hack/cilium/build.sh cilium-agent)
+CILIUM_CNI       = $(shell hack/cilium/build.sh cilium-cni)
 # The newest Cilium line's agent, CLI and operator: test/agents/datapath runs upstream's chart of it beside Gardener's.
 CILIUM_AGENT_1_20 = $(shell hack/cilium/build.sh cilium-agent 1.20)
 CILIUM_OPERATOR_1_20 = $(shell hack/cilium/build.sh cilium-operator 1.20)
@@ -23,7 +24,7 @@ NC_CHART         = $(shell hack/networking-cilium/chart.sh)
 # Debian's docker-registry, unpacked into $(CACHE_DIR) (test/image/publish); empty when apt is missing.
 DOCKER_REGISTRY  = $(shell hack/image/registry.sh)
 # What the suites, the demo and the bench are told of the tools above.
-TOOLS_ENV        = KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CILIUM_OPERATOR="$(CILIUM_OPERATOR)" CILIUM_DBG="$(CILIUM_DBG)" CILIUM_AGENT="$(CILIUM_AGENT)" NETWORKING_CILIUM_CHART="$(NC_CHART)" DOCKER_REGISTRY="$(DOCKER_REGISTRY)"
+TOOLS_ENV        = KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CILIUM_OPERATOR="$(CILIUM_OPERATOR)" CILIUM_DBG="$(CILIUM_DBG)" CILIUM_AGENT="$(CILIUM_AGENT)" CILIUM_CNI="$(CILIUM_CNI)" NETWORKING_CILIUM_CHART="$(NC_CHART)" DOCKER_REGISTRY="$(DOCKER_REGISTRY)"
 # The tools of Cilium 1.20, for the test and bench runs that need them (ciliumbin.PathFor).
 TOOLS_ENV_1_20   = CILIUM_AGENT_1_20="$(CILIUM_AGENT_1_20)" CILIUM_DBG_1_20="$(CILIUM_DBG_1_20)" CILIUM_OPERATOR_1_20="$(CILIUM_OPERATOR_1_20)"
 # Builds run the compiler and linker with a quarter of their garbage collections: about a fifth less CPU, a third more
@@ -100,13 +101,14 @@ networking-cilium-chart:
 envtest-assets:
 	@$(BUILD_ENV) hack/envtest/build.sh
 
-# Cilium's real operator (LB-IPAM, BGP control plane), cilium-dbg (the agent's build-config step) and the agent
-# (test/agents/datapath), built from the cilium module pinned in hack/cilium.
+# Cilium's real operator (LB-IPAM, BGP control plane), cilium-dbg (the agent's build-config step), the agent and its
+# CNI plugin (test/agents/datapath), built from the cilium module pinned in hack/cilium.
 .PHONY: cilium-binaries
 cilium-binaries:
 	@$(BUILD_ENV) hack/cilium/build.sh cilium-operator
 	@$(BUILD_ENV) hack/cilium/build.sh cilium-dbg
 	@$(BUILD_ENV) hack/cilium/build.sh cilium-agent
+	@$(BUILD_ENV) hack/cilium/build.sh cilium-cni
 
 # The agent, cilium-dbg and operator of Cilium 1.20 (hack/cilium/v1.20), which test/agents/datapath runs from upstream's
 # chart.

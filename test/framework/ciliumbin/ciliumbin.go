@@ -20,9 +20,10 @@ const (
 	Operator = "cilium-operator"
 	Dbg      = "cilium-dbg"
 	Agent    = "cilium-agent"
+	CNI      = "cilium-cni"
 )
 
-var envVars = map[string]string{Operator: "CILIUM_OPERATOR", Dbg: "CILIUM_DBG", Agent: "CILIUM_AGENT"}
+var envVars = map[string]string{Operator: "CILIUM_OPERATOR", Dbg: "CILIUM_DBG", Agent: "CILIUM_AGENT", CNI: "CILIUM_CNI"}
 
 // Path is the binary name: its environment variable, else what hack/cilium/build.sh builds or has cached.
 func Path(name string) (string, error) {

@@ -127,16 +127,16 @@ func (n *Node) unroute(dst string) error {
 }
 
 // agentFlags are the settings a node here cannot take from the chart: its device, tunnel routing (no routes between
-// the nodes' pod CIDRs), no CNI, health checking, Hubble or L7 proxy (no kubelet, no pods, no Envoy), and /proc for the
+// the nodes' pod CIDRs), no health checking, Hubble or L7 proxy (no kubelet, no Envoy), and /proc for the
 // chart's /host/proc (a hostPath of the node's /proc: here the agent's own /proc is the node's, since /proc/sys/net
 // follows the reader's network namespace and /proc/sys/kernel is read-only). Everything else, kube-proxy replacement
-// and L2 announcements included, comes from cilium-config as the chart renders it.
+// and L2 announcements included, comes from cilium-config as the chart renders it; the CNI configuration too, written
+// into the node's own /etc/cni/net.d (hostCNIConfDir), where the harness's workload pods read it (pods.go).
 var agentFlags = []string{
 	"--procfs=/proc",
 	"--devices=eth0", "--routing-mode=tunnel", "--tunnel-protocol=vxlan", "--ipam=kubernetes", "--enable-ipv6=false",
 	"--enable-health-checking=false", "--enable-endpoint-health-checking=false",
-	"--enable-hubble=false", "--enable-l7-proxy=false", "--external-envoy-proxy=false", "--cni-exclusive=false",
-	"--write-cni-conf-when-ready=", "--prometheus-serve-addr=",
+	"--enable-hubble=false", "--enable-l7-proxy=false", "--external-envoy-proxy=false", "--prometheus-serve-addr=",
 }
 
 // healthPort is the agent's health API port in Gardener's chart (global.agent.healthPort), probed by kubelet inside
@@ -229,7 +229,7 @@ const bpfObjectsPath = "/run/bpf-objects"
 
 // hostFS creates the node's filesystem at dir and mounts its bpffs, which unmountHostFS undoes.
 func hostFS(dir string) (string, error) {
-	for _, d := range []string{hostBPFFS, hostCiliumRun} {
+	for _, d := range []string{hostBPFFS, hostCiliumRun, hostCNIConfDir} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
 			return "", err
 		}
@@ -419,7 +419,8 @@ func (n *Node) startAgent(ctx context.Context, env *testenv.Env, pod *corev1.Pod
 	// may lie below either (GOMODCACHE=/tmp/..., as some CI runners set it); so is the object cache.
 	c.HostPaths = map[string]string{
 		bpffsMountPath: filepath.Join(n.host, hostBPFFS), ciliumRunPath: filepath.Join(n.host, hostCiliumRun),
-		bpfSourcesPath: filepath.Join(module, "bpf"), bpfObjectsPath: n.objects.Dir(),
+		cniConfMountPath: filepath.Join(n.host, hostCNIConfDir),
+		bpfSourcesPath:   filepath.Join(module, "bpf"), bpfObjectsPath: n.objects.Dir(),
 	}
 	c.Setup = []string{
 		// What the image and the chart's init containers give the agent, per node, beside its host paths: the node's
