@@ -2,15 +2,20 @@ package datapath
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
+	"strconv"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumnodes"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
 )
 
 // TestWorkloadPodsTalkAcrossNodes: pods made as kubelet and containerd make them (their Pod objects, network
@@ -18,54 +23,125 @@ import (
 // and reach each other through Cilium's datapath.
 func TestWorkloadPodsTalkAcrossNodes(t *testing.T) {
 	onEachLane(t, func(t *testing.T, l *lane) {
-		ctx := context.Background()
-		var pods []*ciliumnodes.WorkloadPod
-		for _, node := range []string{"cp-0", "worker-0"} {
-			pod := &corev1.Pod{
-				ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: "app-" + node, Labels: map[string]string{"app": "talk"}},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}},
-			}
-			p, err := l.cluster.Node(node).StartPod(ctx, l.env, pod)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				if err := p.Stop(context.Background(), l.env); err != nil {
-					t.Error(err)
-				}
-			})
-			t.Logf("pod %s on %s at %s", pod.Name, node, p.IP)
-			pods = append(pods, p)
-		}
-		var listener net.Listener
-		if err := pods[0].Netns().Do(func() error {
-			var err error
-			listener, err = net.Listen("tcp", net.JoinHostPort(pods[0].IP, "8080"))
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		defer listener.Close()
-		go func() {
-			for {
-				c, err := listener.Accept()
-				if err != nil {
-					return
-				}
-				_, _ = io.WriteString(c, "hello")
-				c.Close()
-			}
-		}()
-		dialCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		conn, err := pods[1].Netns().DialContext(dialCtx, "tcp", net.JoinHostPort(pods[0].IP, "8080"))
-		if err != nil {
-			t.Fatalf("from %s to %s: %v", pods[1].Pod.Name, pods[0].Pod.Name, err)
-		}
-		defer conn.Close()
-		got, err := io.ReadAll(conn)
-		if err != nil || string(got) != "hello" {
-			t.Errorf("from %s to %s: %q, %v", pods[1].Pod.Name, pods[0].Pod.Name, got, err)
+		server := startPod(t, l, "cp-0", "app-cp-0", map[string]string{"app": "talk"})
+		client := startPod(t, l, "worker-0", "app-worker-0", map[string]string{"app": "talk"})
+		serve(t, server)
+		if err := dial(client, server, 20*time.Second); err != nil {
+			t.Errorf("from %s to %s: %v", client.Pod.Name, server.Pod.Name, err)
 		}
 	})
+}
+
+// TestNetworkPolicyAcrossNodes: a NetworkPolicy that lets one client pod on a worker reach a server pod on the
+// control-plane node and not another: both connect before it, and under it the one connects and the other's
+// connection is dropped (it times out, nothing refuses it).
+func TestNetworkPolicyAcrossNodes(t *testing.T) {
+	onEachLane(t, func(t *testing.T, l *lane) {
+		ctx := context.Background()
+		server := startPod(t, l, "cp-0", "policy-server", map[string]string{"app": "policy-server"})
+		allowed := startPod(t, l, "worker-0", "policy-allowed", map[string]string{"role": "allowed"})
+		denied := startPod(t, l, "worker-0", "policy-denied", map[string]string{"role": "denied"})
+		serve(t, server)
+		// Without the policy both connect: what the policy drops, it drops.
+		for _, client := range []*ciliumnodes.WorkloadPod{allowed, denied} {
+			if err := dial(client, server, 20*time.Second); err != nil {
+				t.Fatalf("before the policy, from %s: %v", client.Pod.Name, err)
+			}
+		}
+		policy := &networkingv1.NetworkPolicy{
+			ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: "policy-server"},
+			Spec: networkingv1.NetworkPolicySpec{
+				PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "policy-server"}},
+				PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+				Ingress: []networkingv1.NetworkPolicyIngressRule{{
+					From:  []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "allowed"}}}},
+					Ports: []networkingv1.NetworkPolicyPort{{Port: new(intstr.FromInt32(servePort))}},
+				}},
+			},
+		}
+		if err := l.env.Client.Create(ctx, policy); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.env.Client.Delete(context.Background(), policy) })
+		var allowedErr, deniedErr error
+		if err := testenv.WaitFor(ctx, time.Minute, func(context.Context) (bool, error) {
+			allowedErr, deniedErr = dial(allowed, server, 2*time.Second), dial(denied, server, 2*time.Second)
+			return allowedErr == nil && dropped(deniedErr), nil
+		}); err != nil {
+			t.Errorf("under the policy: %s: %v, want connected; %s: %v, want dropped", allowed.Pod.Name, allowedErr, denied.Pod.Name, deniedErr)
+		}
+	})
+}
+
+// servePort is where a pod's server listens.
+const servePort = 8080
+
+// startPod starts a pod named name with labels on node, stopped when the test ends.
+func startPod(t *testing.T, l *lane, node, name string, labels map[string]string) *ciliumnodes.WorkloadPod {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: name, Labels: labels},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}},
+	}
+	p, err := l.cluster.Node(node).StartPod(context.Background(), l.env, pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p.Stop(context.Background(), l.env); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Logf("pod %s on %s at %s", name, node, p.IP)
+	return p
+}
+
+// serve answers "hello" on the pod's address and servePort until the test ends.
+func serve(t *testing.T, p *ciliumnodes.WorkloadPod) {
+	t.Helper()
+	var listener net.Listener
+	if err := p.Netns().Do(func() error {
+		var err error
+		listener, err = net.Listen("tcp", net.JoinHostPort(p.IP, strconv.Itoa(servePort)))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { listener.Close() })
+	go func() {
+		for {
+			c, err := listener.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = io.WriteString(c, "hello")
+			c.Close()
+		}
+	}()
+}
+
+// dial connects from one pod to another's server and reads its answer, within timeout.
+func dial(from, to *ciliumnodes.WorkloadPod, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	conn, err := from.Netns().DialContext(ctx, "tcp", net.JoinHostPort(to.IP, strconv.Itoa(servePort)))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	got, err := io.ReadAll(conn)
+	if err != nil {
+		return err
+	}
+	if string(got) != "hello" {
+		return errors.New("answered " + string(got))
+	}
+	return nil
+}
+
+// dropped says whether err is a connection that timed out: dropped on its way, not refused.
+func dropped(err error) bool {
+	var netErr net.Error
+	return errors.As(err, &netErr) && netErr.Timeout()
 }
