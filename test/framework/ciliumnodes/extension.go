@@ -217,15 +217,17 @@ func (c *Cluster) dialWebhook(port string) (net.Conn, *Node, error) {
 func (n *Node) callsWebhooks() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return !n.apiServerOff && !n.silenced
+	return n.callsWebhooksLocked()
 }
+
+func (n *Node) callsWebhooksLocked() bool { return !n.apiServerOff && !n.silenced }
 
 // addWebhookCall records a connection routed to the node's extension pod, unless the node calls no webhooks (any
 // more): then it says false.
 func (n *Node) addWebhookCall(conn net.Conn) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.apiServerOff || n.silenced {
+	if !n.callsWebhooksLocked() {
 		return false
 	}
 	if n.webhookCalls == nil {

@@ -46,6 +46,17 @@ func (n *Node) StartPod(ctx context.Context, env *testenv.Env, pod *corev1.Pod) 
 	if err := env.Client.Create(ctx, pod); err != nil {
 		return nil, err
 	}
+	p, err := n.addPod(pod)
+	if err != nil {
+		// Nothing of a pod that did not start stays behind: its object, its namespace.
+		_ = env.Client.Delete(ctx, pod)
+		return nil, err
+	}
+	return p, nil
+}
+
+// addPod creates the stored pod's network namespace and calls the CNI plugin's ADD for it.
+func (n *Node) addPod(pod *corev1.Pod) (*WorkloadPod, error) {
 	id := make([]byte, 32)
 	if _, err := rand.Read(id); err != nil {
 		return nil, err
@@ -57,18 +68,19 @@ func (n *Node) StartPod(ctx context.Context, env *testenv.Env, pod *corev1.Pod) 
 	}
 	p.netns = ns
 	out, err := n.cni(p, "ADD")
-	if err != nil {
-		ns.Delete()
-		return nil, err
-	}
 	var result struct {
 		IPs []struct {
 			Address string `json:"address"`
 		} `json:"ips"`
 	}
-	if err := json.Unmarshal(out, &result); err != nil || len(result.IPs) == 0 {
+	if err == nil {
+		if err = json.Unmarshal(out, &result); err == nil && len(result.IPs) == 0 {
+			err = fmt.Errorf("no address in the CNI plugin's result for %s: %s", pod.Name, out)
+		}
+	}
+	if err != nil {
 		ns.Delete()
-		return nil, fmt.Errorf("the CNI plugin's result for %s: %s (%v)", pod.Name, out, err)
+		return nil, err
 	}
 	p.IP, _, _ = strings.Cut(result.IPs[0].Address, "/")
 	return p, nil
