@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/podrun"
@@ -245,9 +246,13 @@ func (r *Router) removeFiles() {
 
 // InMachineNamespace lists FRR processes (by pid and name) that run in the network namespace of this process, the
 // machine's: a router must only ever run in a namespace a test made.
-func InMachineNamespace() ([]string, error) {
-	own, err := os.Readlink("/proc/self/ns/net")
-	if err != nil {
+func InMachineNamespace() ([]string, error) { return InNamespace("/proc/self/ns/net") }
+
+// InNamespace lists FRR processes (by pid and name) that run in the network namespace at path (/proc/<pid>/ns/net or
+// a named one under /run/netns), compared by the namespace's identity rather than its name.
+func InNamespace(path string) ([]string, error) {
+	var want unix.Stat_t
+	if err := unix.Stat(path, &want); err != nil {
 		return nil, err
 	}
 	entries, err := os.ReadDir("/proc")
@@ -256,8 +261,7 @@ func InMachineNamespace() ([]string, error) {
 	}
 	var found []string
 	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
 			continue
 		}
 		comm, err := os.ReadFile(filepath.Join("/proc", e.Name(), "comm"))
@@ -268,8 +272,9 @@ func InMachineNamespace() ([]string, error) {
 		if !isFRR(name) {
 			continue
 		}
-		if ns, err := os.Readlink(filepath.Join("/proc", e.Name(), "ns", "net")); err == nil && ns == own {
-			found = append(found, fmt.Sprintf("%d %s", pid, name))
+		var ns unix.Stat_t
+		if err := unix.Stat(filepath.Join("/proc", e.Name(), "ns", "net"), &ns); err == nil && ns.Dev == want.Dev && ns.Ino == want.Ino {
+			found = append(found, e.Name()+" "+name)
 		}
 	}
 	return found, nil

@@ -109,6 +109,12 @@ func TestRouterInstallsECMPRouteFromSpeakers(t *testing.T) {
 	for _, r := range routers {
 		r.Stop()
 	}
+	// No daemon survives Stop, whichever cgroup it may have got into: none runs in the routers' namespaces.
+	for _, name := range []string{"frrtest-tor", "frrtest-a", "frrtest-b"} {
+		if found, err := frr.InNamespace("/run/netns/" + name); err != nil || len(found) > 0 {
+			t.Errorf("FRR processes still run in %s after Stop: %v (%v)", name, found, err)
+		}
+	}
 	for _, name := range []string{"tor", "a", "b"} {
 		if _, err := os.Stat(cgroups + "/" + name); !os.IsNotExist(err) {
 			t.Errorf("the cgroup of router %s is left: %v", name, err)

@@ -1,8 +1,13 @@
 package hostileworker_test
 
 import (
+	"bytes"
 	"context"
+	"io"
+	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -134,22 +139,28 @@ func TestCiliumElectsAsItDoes(t *testing.T) {
 }
 
 // elect runs client-go's leader election on the lease namespace/name as id, under identity, until it leads, and
-// releases the lease.
+// releases the lease. No write of it may be refused. client-go's release is best effort (tools/leaderelection release
+// only logs its error: a conflict with its own renewal that the cancel cut off client-side but kube-apiserver still
+// carried out, or its 5 s deadline on a loaded machine); then the test sends the same write again.
 func elect(t *testing.T, id testenv.Identity, name, identity string) {
 	t.Helper()
-	clientset, err := kubernetes.NewForConfig(env.ConfigAs(id))
+	config := env.ConfigAs(id)
+	var writes leaseWrites
+	config.Wrap(writes.record)
+	clientset, err := kubernetes.NewForConfig(config)
 	if err != nil {
 		t.Fatal(err)
+	}
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: cilium.Namespace, Name: name},
+		Client:     clientset.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var led atomic.Bool
 	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
-		Lock: &resourcelock.LeaseLock{
-			LeaseMeta:  metav1.ObjectMeta{Namespace: cilium.Namespace, Name: name},
-			Client:     clientset.CoordinationV1(),
-			LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
-		},
+		Lock:          lock,
 		LeaseDuration: 15 * time.Second, RenewDeadline: 5 * time.Second, RetryPeriod: 200 * time.Millisecond,
 		ReleaseOnCancel: true,
 		Callbacks: leaderelection.LeaderCallbacks{
@@ -160,11 +171,86 @@ func elect(t *testing.T, id testenv.Identity, name, identity string) {
 	if !led.Load() {
 		t.Fatalf("%s never led %s as %s", id.User, name, identity)
 	}
+	if refused := writes.refused(); len(refused) > 0 {
+		t.Errorf("writes of %s as %s refused: %v", name, identity, refused)
+	}
+	if holder := leaseHolder(t, name); holder == identity && len(writes.refused()) == 0 {
+		t.Logf("client-go's release of %s did not take (its writes were answered %v); releasing again", name, writes.answers())
+		if err := release(lock); err != nil {
+			t.Errorf("releasing %s as %s: %v", name, identity, err)
+		}
+	}
+	if holder := leaseHolder(t, name); holder != "" {
+		t.Errorf("%s still held by %s after %s released it", name, holder, identity)
+	}
+}
+
+// release sends client-go's release of lock (tools/leaderelection LeaderElector.release).
+func release(lock *resourcelock.LeaseLock) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	old, _, err := lock.Get(ctx)
+	if err != nil {
+		return err
+	}
+	now := metav1.Now()
+	return lock.Update(ctx, resourcelock.LeaderElectionRecord{LeaderTransitions: old.LeaderTransitions, LeaseDurationSeconds: 1, RenewTime: now, AcquireTime: now})
+}
+
+func leaseHolder(t *testing.T, name string) string {
+	t.Helper()
 	lease := &coordinationv1.Lease{}
 	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: cilium.Namespace, Name: name}, lease); err != nil {
 		t.Fatal(err)
 	}
-	if holder := ptr.Deref(lease.Spec.HolderIdentity, ""); holder != "" {
-		t.Errorf("%s still held by %s after %s released it", name, holder, identity)
-	}
+	return ptr.Deref(lease.Spec.HolderIdentity, "")
 }
+
+// leaseWrites records the answers kube-apiserver gave to a client's writes.
+type leaseWrites struct {
+	mu       sync.Mutex
+	statuses []int
+	bodies   []string
+}
+
+func (w *leaseWrites) record(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		resp, err := rt.RoundTrip(req)
+		if err != nil || req.Method == http.MethodGet {
+			return resp, err
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.statuses = append(w.statuses, resp.StatusCode)
+		body := ""
+		if resp.StatusCode == http.StatusForbidden {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body = io.NopCloser(bytes.NewReader(b))
+			body = string(b)
+		}
+		w.bodies = append(w.bodies, body)
+		return resp, nil
+	})
+}
+
+func (w *leaseWrites) refused() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var refused []string
+	for i, status := range w.statuses {
+		if status == http.StatusForbidden {
+			refused = append(refused, w.bodies[i])
+		}
+	}
+	return refused
+}
+
+func (w *leaseWrites) answers() []int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.statuses)
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
