@@ -15,10 +15,12 @@ CILIUM_OPERATOR  = $(shell hack/cilium/build.sh cilium-operator)
 CILIUM_DBG       = $(shell hack/cilium/build.sh cilium-dbg)
 CILIUM_AGENT     = $(shell hack/cilium/build.sh cilium-agent)
 CILIUM_CNI       = $(shell hack/cilium/build.sh cilium-cni)
-# The newest Cilium line's agent, CLI and operator: test/agents/datapath runs upstream's chart of it beside Gardener's.
+# The newest Cilium line's agent, CLI, operator and CNI plugin: test/agents/datapath runs upstream's chart of it beside
+# Gardener's.
 CILIUM_AGENT_1_20 = $(shell hack/cilium/build.sh cilium-agent 1.20)
 CILIUM_OPERATOR_1_20 = $(shell hack/cilium/build.sh cilium-operator 1.20)
 CILIUM_DBG_1_20  = $(shell hack/cilium/build.sh cilium-dbg 1.20)
+CILIUM_CNI_1_20  = $(shell hack/cilium/build.sh cilium-cni 1.20)
 # Empty when no copy is found: each suite that renders the chart then stops with the script's line naming what to run.
 NC_CHART         = $(shell hack/networking-cilium/chart.sh)
 # Debian's docker-registry, unpacked into $(CACHE_DIR) (test/image/publish); empty when apt is missing.
@@ -26,7 +28,7 @@ DOCKER_REGISTRY  = $(shell hack/image/registry.sh)
 # What the suites, the demo and the bench are told of the tools above.
 TOOLS_ENV        = KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CILIUM_OPERATOR="$(CILIUM_OPERATOR)" CILIUM_DBG="$(CILIUM_DBG)" CILIUM_AGENT="$(CILIUM_AGENT)" CILIUM_CNI="$(CILIUM_CNI)" NETWORKING_CILIUM_CHART="$(NC_CHART)" DOCKER_REGISTRY="$(DOCKER_REGISTRY)"
 # The tools of Cilium 1.20, for the test and bench runs that need them (ciliumbin.PathFor).
-TOOLS_ENV_1_20   = CILIUM_AGENT_1_20="$(CILIUM_AGENT_1_20)" CILIUM_DBG_1_20="$(CILIUM_DBG_1_20)" CILIUM_OPERATOR_1_20="$(CILIUM_OPERATOR_1_20)"
+TOOLS_ENV_1_20   = CILIUM_AGENT_1_20="$(CILIUM_AGENT_1_20)" CILIUM_DBG_1_20="$(CILIUM_DBG_1_20)" CILIUM_OPERATOR_1_20="$(CILIUM_OPERATOR_1_20)" CILIUM_CNI_1_20="$(CILIUM_CNI_1_20)"
 # Builds run the compiler and linker with a quarter of their garbage collections: about a fifth less CPU, a third more
 # memory (docs/development/testing.md, "Cold"). What the tests run keeps Go's default.
 BUILD_ENV        = GOGC=400
@@ -110,13 +112,14 @@ cilium-binaries:
 	@$(BUILD_ENV) hack/cilium/build.sh cilium-agent
 	@$(BUILD_ENV) hack/cilium/build.sh cilium-cni
 
-# The agent, cilium-dbg and operator of Cilium 1.20 (hack/cilium/v1.20), which test/agents/datapath runs from upstream's
-# chart.
+# The agent, cilium-dbg, operator and CNI plugin of Cilium 1.20 (hack/cilium/v1.20), which test/agents/datapath runs
+# from upstream's chart.
 .PHONY: cilium-1.20-binaries
 cilium-1.20-binaries:
 	@$(BUILD_ENV) hack/cilium/build.sh cilium-dbg 1.20
 	@$(BUILD_ENV) hack/cilium/build.sh cilium-agent 1.20
 	@$(BUILD_ENV) hack/cilium/build.sh cilium-operator 1.20
+	@$(BUILD_ENV) hack/cilium/build.sh cilium-cni 1.20
 
 .PHONY: test
 test: setup envtest-assets cilium-binaries cilium-1.20-binaries build

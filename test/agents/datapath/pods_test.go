@@ -5,14 +5,18 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
 
+	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
+	"github.com/cilium/cilium/pkg/policy/api"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumnodes"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
@@ -20,7 +24,7 @@ import (
 
 // TestWorkloadPodsTalkAcrossNodes: pods made as kubelet and containerd make them (their Pod objects, network
 // namespaces, Cilium's CNI plugin's ADD) on a control-plane node and a worker get addresses from their nodes' pod CIDRs
-// and reach each other through Cilium's datapath.
+// and, once their endpoints carry the identities of their labels, reach each other through Cilium's datapath.
 func TestWorkloadPodsTalkAcrossNodes(t *testing.T) {
 	onEachLane(t, func(t *testing.T, l *lane) {
 		server := startPod(t, l, "cp-0", "app-cp-0", map[string]string{"app": "talk"})
@@ -73,6 +77,47 @@ func TestNetworkPolicyAcrossNodes(t *testing.T) {
 	})
 }
 
+// TestCiliumNetworkPolicyAcrossNodes: the mirror of TestNetworkPolicyAcrossNodes with Cilium's own policy: a
+// CiliumNetworkPolicy lets a client pod on one control-plane node reach a server pod on the worker and not a client on
+// another; both connect before it, and under it the one connects and the other's connection is dropped.
+func TestCiliumNetworkPolicyAcrossNodes(t *testing.T) {
+	onEachLane(t, func(t *testing.T, l *lane) {
+		ctx := context.Background()
+		server := startPod(t, l, "worker-0", "cnp-server", map[string]string{"app": "cnp-server"})
+		allowed := startPod(t, l, "cp-0", "cnp-allowed", map[string]string{"role": "cnp-allowed"})
+		denied := startPod(t, l, "cp-1", "cnp-denied", map[string]string{"role": "cnp-denied"})
+		serve(t, server)
+		for _, client := range []*ciliumnodes.WorkloadPod{allowed, denied} {
+			if err := dial(client, server, 20*time.Second); err != nil {
+				t.Fatalf("before the policy, from %s: %v", client.Pod.Name, err)
+			}
+		}
+		policy := &ciliumv2.CiliumNetworkPolicy{
+			ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: "cnp-server"},
+			Spec: &api.Rule{
+				EndpointSelector: api.NewESFromMatchRequirements(map[string]string{"app": "cnp-server"}, nil),
+				Ingress: []api.IngressRule{{
+					IngressCommonRule: api.IngressCommonRule{
+						FromEndpoints: []api.EndpointSelector{api.NewESFromMatchRequirements(map[string]string{"role": "cnp-allowed"}, nil)},
+					},
+					ToPorts: api.PortRules{{Ports: []api.PortProtocol{{Port: strconv.Itoa(servePort), Protocol: api.ProtoTCP}}}},
+				}},
+			},
+		}
+		if err := l.env.Client.Create(ctx, policy); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.env.Client.Delete(context.Background(), policy) })
+		var allowedErr, deniedErr error
+		if err := testenv.WaitFor(ctx, time.Minute, func(context.Context) (bool, error) {
+			allowedErr, deniedErr = dial(allowed, server, 2*time.Second), dial(denied, server, 2*time.Second)
+			return allowedErr == nil && dropped(deniedErr), nil
+		}); err != nil {
+			t.Errorf("under the policy: %s: %v, want connected; %s: %v, want dropped", allowed.Pod.Name, allowedErr, denied.Pod.Name, deniedErr)
+		}
+	})
+}
+
 // servePort is where a pod's server listens.
 const servePort = 8080
 
@@ -93,7 +138,31 @@ func startPod(t *testing.T, l *lane, node, name string, labels map[string]string
 		}
 	})
 	t.Logf("pod %s on %s at %s", name, node, p.IP)
+	waitForIdentity(t, l, p)
 	return p
+}
+
+// waitForIdentity waits until the pod's CiliumEndpoint carries the security identity of the pod's labels, as the
+// agent gives it once it has read the Pod (not reserved:init, which selects nothing a policy names).
+func waitForIdentity(t *testing.T, l *lane, p *ciliumnodes.WorkloadPod) {
+	t.Helper()
+	endpoint := &ciliumv2.CiliumEndpoint{}
+	if err := testenv.WaitFor(context.Background(), 30*time.Second, func(ctx context.Context) (bool, error) {
+		if err := l.env.Client.Get(ctx, client.ObjectKeyFromObject(p.Pod), endpoint); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		if endpoint.Status.Identity == nil {
+			return false, nil
+		}
+		for k, v := range p.Pod.Labels {
+			if !slices.Contains(endpoint.Status.Identity.Labels, "k8s:"+k+"="+v) {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatalf("the endpoint of pod %s has no identity of its labels %v: %+v (%v)", p.Pod.Name, p.Pod.Labels, endpoint.Status.Identity, err)
+	}
 }
 
 // serve answers "hello" on the pod's address and servePort until the test ends.

@@ -123,8 +123,8 @@ func (l *lane) run(ctx context.Context, want ciliumnodes.Agents) error {
 var prefix = "cdp" + strconv.Itoa(os.Getpid())
 
 func TestMain(m *testing.M) {
-	if err := testenv.Check(ciliumnodes.Available, ciliumchart.GardenerChart, ciliumbin.Built(ciliumbin.Agent, ciliumbin.Dbg, ciliumbin.Operator),
-		ciliumbin.BuiltFor(newestLine, ciliumbin.Agent, ciliumbin.Dbg, ciliumbin.Operator)); err != nil {
+	if err := testenv.Check(ciliumnodes.Available, ciliumchart.GardenerChart, ciliumbin.Built(ciliumbin.Agent, ciliumbin.Dbg, ciliumbin.Operator, ciliumbin.CNI),
+		ciliumbin.BuiltFor(newestLine, ciliumbin.Agent, ciliumbin.Dbg, ciliumbin.Operator, ciliumbin.CNI)); err != nil {
 		os.Exit(testenv.CannotRun(err))
 	}
 	// Every case waiting for its lane holds a slot of -parallel: there must be enough for each lane to have one free.

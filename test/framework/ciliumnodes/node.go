@@ -82,6 +82,9 @@ type Node struct {
 	webhookCalls map[net.Conn]struct{}
 	// agentPod is the UID of the pod the agent runs.
 	agentPod types.UID
+	// cniImage is the image whose CNI plugin the node has: the last agent's, whose install-cni-binaries init container
+	// copies it into the host's /opt/cni/bin, where it stays.
+	cniImage string
 	// silenced: the node's switch port forwards nothing (Hung).
 	silenced bool
 	// moved: the node's address changed under its running agent, which the next Run starts afresh.
@@ -437,7 +440,7 @@ func (n *Node) startAgent(ctx context.Context, env *testenv.Env, pod *corev1.Pod
 		return err
 	}
 	n.mu.Lock()
-	n.agent, n.agentPod = started, pod.UID
+	n.agent, n.agentPod, n.cniImage = started, pod.UID, pod.Spec.Containers[i].Image
 	n.starts++
 	n.mu.Unlock()
 	return nil

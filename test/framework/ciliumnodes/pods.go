@@ -96,12 +96,15 @@ func (p *WorkloadPod) Stop(ctx context.Context, env *testenv.Env) error {
 	return err
 }
 
-// cni runs Cilium's CNI plugin with command for p in the node's network namespace, with the node's /var/run/cilium
+// cni runs the CNI plugin of the node's agent image with command for p in the node's network namespace, with the node's /var/run/cilium
 // (the agent's socket, the deletion queue the plugin writes when the agent is away) at that path, and returns its
 // output. The plugin's configuration is the first of the conflist the agent wrote, with the list's name and
 // cniVersion, as libcni gives it (libcni api.go buildOneConfig).
 func (n *Node) cni(p *WorkloadPod, command string) ([]byte, error) {
-	plugin, err := ciliumbin.Path(ciliumbin.CNI)
+	n.mu.Lock()
+	image := n.cniImage
+	n.mu.Unlock()
+	plugin, err := ciliumbin.PathFor(ciliumbin.CNI, image)
 	if err != nil {
 		return nil, err
 	}
