@@ -31,9 +31,7 @@ import (
 // The extension runs as the chart's ServiceAccount (impersonated) with exactly the chart's RBAC, and a suite fails when
 // the extension's log shows a request the API server refused.
 //
-// The extension runs as a process, not in the test binary: Gardener's webhook framework (v1.150) races with itself on
-// the webhook configuration object between its one-shot registration and its certificate controller, which would fail
-// every run under -race.
+// The extension runs as a process, as in its pod, not in the test binary.
 func RunSuite(m *testing.M, shoot *gardencorev1beta1.Shoot, opts Options, setup Setup) int {
 	return RunSuiteOn(m, 1, shoot, opts, func(ctx context.Context, envs []*Env) (func(), error) { return setup(ctx, envs[0]) })
 }
@@ -107,7 +105,7 @@ func runSuite(m *testing.M, planes int, shoot *gardencorev1beta1.Shoot, opts Opt
 	code := m.Run()
 	for _, env := range envs {
 		if lines := env.StillForbidden(ctx, Forbidden(env.extensionLogs.String()+env.Extension.Log())); len(lines) > 0 {
-			fmt.Fprintf(os.Stderr, "FAIL: the chart's RBAC refused the extension:\n%s\n", strings.Join(lines, "\n"))
+			fmt.Fprintf(os.Stderr, "FAIL: the chart's RBAC or admission policies refused the extension:\n%s\n", strings.Join(lines, "\n"))
 			code = 1
 		}
 		if code != 0 {

@@ -12,8 +12,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -303,6 +305,52 @@ func (e *Env) RestartAPIServer(downtime time.Duration) error {
 		return fmt.Errorf("starting kube-apiserver again: %w\n--- kube-apiserver log (tail) ---\n%s", err, fileTail(e.APIServerLog, 30))
 	}
 	return nil
+}
+
+// KillAPIServer kills kube-apiserver as a crash or the OOM killer does (SIGKILL: no graceful shutdown, so its address
+// stays in the `kubernetes` Service) and starts it again with the same address, certificates and etcd once it has been
+// unreachable for downtime. It returns once kube-apiserver is healthy again.
+func (e *Env) KillAPIServer(downtime time.Duration) error {
+	apiServer := e.Environment.ControlPlane.GetAPIServer()
+	pid, err := processWithArg(filepath.Base(apiServer.Path), "--cert-dir="+apiServer.CertDir)
+	if err != nil {
+		return err
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("killing kube-apiserver (%d): %w", pid, err)
+	}
+	killed := time.Now()
+	// envtest's bookkeeping: its Stop finds the process gone and sends nothing.
+	if err := apiServer.Stop(); err != nil {
+		return fmt.Errorf("after killing kube-apiserver: %w", err)
+	}
+	// The outage itself, not a wait for a condition.
+	time.Sleep(downtime - time.Since(killed))
+	if err := apiServer.Start(); err != nil {
+		return fmt.Errorf("starting kube-apiserver again: %w\n--- kube-apiserver log (tail) ---\n%s", err, fileTail(e.APIServerLog, 30))
+	}
+	return nil
+}
+
+// processWithArg is the one process of the binary named name that was started with arg.
+func processWithArg(name, arg string) (int, error) {
+	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var found []int
+	for _, path := range cmdlines {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if filepath.Base(args[0]) == name && slices.Contains(args[1:], arg) {
+			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(path)))
+			found = append(found, pid)
+		}
+	}
+	if len(found) != 1 {
+		return 0, fmt.Errorf("%d processes of %s run with %s, want one: %v", len(found), name, arg, found)
+	}
+	return found[0], nil
 }
 
 // FreePort returns a loopback TCP port that is free right now, below the kernel's range of ephemeral ports: a port

@@ -1,0 +1,191 @@
+package datapath
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumnodes"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
+)
+
+// restartNodes are the nodes whose pods the restart cases watch: the control-plane node, whose kube-apiserver
+// restarts, and a worker; each runs a server under the policy and two clients of the other node's server.
+var restartNodes = []string{"cp-0", "worker-0"}
+
+// TestPolicyThroughAPIServerRestart: the failure this project exists for (issue 44). Workload pods under a
+// NetworkPolicy on the control-plane node and a worker, and the one kube-apiserver restarts: gracefully, as kubelet
+// restarts a static pod whose manifest changed (SIGTERM: kube-apiserver takes its address out of the `kubernetes`
+// Service first), and killed with a minute's outage (its address stays). Throughout, what the policy allows connects
+// and what it denies is dropped, on every node; right after kube-apiserver is back, the policy is turned around and a
+// new pod starts on each node, and every node enforces the new policy and reaches the new pods (the time from
+// kube-apiserver healthy to enforced is logged per node); every agent is back on its own connection (localhost on the
+// control-plane nodes, a control-plane node's address elsewhere) and no node dialled the ClusterIP or the VIP. On
+// Gardener's lane, with networking-cilium's chart as real shoots get it.
+func TestPolicyThroughAPIServerRestart(t *testing.T) {
+	l := gardenerLane
+	l.hold(t)
+	agentPods, err := l.cluster.Run(context.Background(), ciliumnodes.Agents{Chart: l.line})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		restart func(*testenv.Env) error
+	}{
+		{"graceful", func(e *testenv.Env) error { return e.RestartAPIServer(10 * time.Second) }},
+		{"killed, a minute down", func(e *testenv.Env) error { return e.KillAPIServer(time.Minute) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			policyThroughRestart(t, l, tc.restart)
+			for _, n := range l.cluster.Nodes() {
+				assertConnections(t, l.cluster, n, agentPods[n.Name])
+			}
+		})
+	}
+}
+
+// restartFlows are, per node, its server and the clients on the other node that the policy allows (a) and denies (b).
+type restartFlow struct {
+	node       string
+	server     *ciliumnodes.WorkloadPod
+	a, b, newB *ciliumnodes.WorkloadPod
+}
+
+func policyThroughRestart(t *testing.T, l *lane, restart func(*testenv.Env) error) {
+	ctx := context.Background()
+	var flows []*restartFlow
+	for _, node := range restartNodes {
+		f := &restartFlow{node: node, server: startPod(t, l, node, "restart-server-"+node, map[string]string{"app": "restart-server"})}
+		serve(t, f.server)
+		flows = append(flows, f)
+	}
+	for i, f := range flows {
+		other := restartNodes[(i+1)%len(restartNodes)]
+		f.a = startPod(t, l, other, "restart-a-"+other, map[string]string{"role": "restart-a"})
+		f.b = startPod(t, l, other, "restart-b-"+other, map[string]string{"role": "restart-b"})
+	}
+	policy := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: "restart-server"},
+		Spec:       restartPolicy("restart-a"),
+	}
+	if err := l.env.Client.Create(ctx, policy); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.env.Client.Delete(context.Background(), policy) })
+	for _, f := range flows {
+		if err := waitEnforced(ctx, f, f.a, f.b); err != nil {
+			t.Fatalf("before the restart: %v", err)
+		}
+	}
+
+	// Throughout the restart: the policy as it was, on every node.
+	watching, stopWatching := context.WithCancel(ctx)
+	violations := watchPolicy(watching, flows)
+	if err := restart(l.env); err != nil {
+		stopWatching()
+		t.Fatal(err)
+	}
+	healthy := time.Now()
+	stopWatching()
+	for _, v := range violations() {
+		t.Errorf("during the restart: %s", v)
+	}
+
+	// Right after it: the policy turned around and a new pod on each node.
+	if err := retry.OnError(retry.DefaultBackoff, func(error) bool { return true }, func() error {
+		if err := l.env.Client.Get(ctx, client.ObjectKeyFromObject(policy), policy); err != nil {
+			return err
+		}
+		policy.Spec = restartPolicy("restart-b")
+		return l.env.Client.Update(ctx, policy)
+	}); err != nil {
+		t.Fatalf("turning the policy around after the restart: %v", err)
+	}
+	for i, f := range flows {
+		other := restartNodes[(i+1)%len(restartNodes)]
+		f.newB = startPod(t, l, other, "restart-new-"+other, map[string]string{"role": "restart-b"})
+	}
+	var wg sync.WaitGroup
+	for _, f := range flows {
+		wg.Go(func() {
+			if err := waitEnforced(ctx, f, f.b, f.a); err != nil {
+				t.Errorf("after the restart, the turned-around policy: %v", err)
+				return
+			}
+			if err := dial(f.newB, f.server, 20*time.Second); err != nil {
+				t.Errorf("after the restart, the new pod %s to %s: %v", f.newB.Pod.Name, f.server.Pod.Name, err)
+				return
+			}
+			t.Logf("%s enforces the turned-around policy and reaches the new pod %s after kube-apiserver was healthy", f.node, time.Since(healthy).Round(100*time.Millisecond))
+		})
+	}
+	wg.Wait()
+}
+
+// restartPolicy lets the pods of role reach the servers' port, and nothing else.
+func restartPolicy(role string) networkingv1.NetworkPolicySpec {
+	return networkingv1.NetworkPolicySpec{
+		PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "restart-server"}},
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+		Ingress: []networkingv1.NetworkPolicyIngressRule{{
+			From:  []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": role}}}},
+			Ports: []networkingv1.NetworkPolicyPort{{Port: new(intstr.FromInt32(servePort))}},
+		}},
+	}
+}
+
+// waitEnforced waits up to three minutes until allowed reaches f's server and denied's connection is dropped.
+func waitEnforced(ctx context.Context, f *restartFlow, allowed, denied *ciliumnodes.WorkloadPod) error {
+	var allowedErr, deniedErr error
+	if err := testenv.WaitFor(ctx, 3*time.Minute, func(context.Context) (bool, error) {
+		allowedErr, deniedErr = dial(allowed, f.server, 2*time.Second), dial(denied, f.server, 2*time.Second)
+		return allowedErr == nil && dropped(deniedErr), nil
+	}); err != nil {
+		return fmt.Errorf("to %s: %s: %v, want connected; %s: %v, want dropped", f.server.Pod.Name, allowed.Pod.Name, allowedErr, denied.Pod.Name, deniedErr)
+	}
+	return nil
+}
+
+// watchPolicy checks every flow again and again until ctx ends: a connects, b is dropped. It returns what broke that.
+func watchPolicy(ctx context.Context, flows []*restartFlow) func() []string {
+	var (
+		mu         sync.Mutex
+		violations []string
+		done       sync.WaitGroup
+	)
+	started := time.Now()
+	for _, f := range flows {
+		done.Go(func() {
+			for ctx.Err() == nil {
+				aErr, bErr := dial(f.a, f.server, 3*time.Second), dial(f.b, f.server, 3*time.Second)
+				if ctx.Err() != nil {
+					return
+				}
+				at := time.Since(started).Round(100 * time.Millisecond)
+				mu.Lock()
+				if aErr != nil {
+					violations = append(violations, fmt.Sprintf("%s to %s failed after %s: %v", f.a.Pod.Name, f.server.Pod.Name, at, aErr))
+				}
+				if !dropped(bErr) {
+					violations = append(violations, fmt.Sprintf("%s to %s was not dropped after %s: %v", f.b.Pod.Name, f.server.Pod.Name, at, bErr))
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	return func() []string {
+		done.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		return violations
+	}
+}
