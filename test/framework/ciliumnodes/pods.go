@@ -86,11 +86,13 @@ func (n *Node) addPod(pod *corev1.Pod) (*WorkloadPod, error) {
 	return p, nil
 }
 
-// Stop calls the CNI plugin's DEL for the pod, deletes its network namespace and its Pod object.
+// Stop calls the CNI plugin's DEL for the pod, deletes its network namespace and its Pod object, at once, as kubelet
+// does once the pod's sandbox is gone (pkg/kubelet/status status_manager.go: a grace period of 0, the pod's UID as
+// precondition), so that its name is free again.
 func (p *WorkloadPod) Stop(ctx context.Context, env *testenv.Env) error {
 	_, err := p.Node.cni(p, "DEL")
 	p.netns.Delete()
-	if dErr := env.Client.Delete(ctx, p.Pod); client.IgnoreNotFound(dErr) != nil && err == nil {
+	if dErr := env.Client.Delete(ctx, p.Pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &p.Pod.UID}); client.IgnoreNotFound(dErr) != nil && err == nil {
 		err = dErr
 	}
 	return err
