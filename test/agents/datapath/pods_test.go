@@ -2,9 +2,7 @@ package datapath
 
 import (
 	"context"
-	"errors"
-	"io"
-	"net"
+	"fmt"
 	"slices"
 	"strconv"
 	"testing"
@@ -121,8 +119,19 @@ func TestCiliumNetworkPolicyAcrossNodes(t *testing.T) {
 // servePort is where a pod's server listens.
 const servePort = 8080
 
-// startPod starts a pod named name with labels on node, stopped when the test ends.
+// startPod starts a pod named name with labels on node, stopped when the test ends, and waits until its endpoint
+// carries the identity of its labels.
 func startPod(t *testing.T, l *lane, node, name string, labels map[string]string) *ciliumnodes.WorkloadPod {
+	t.Helper()
+	p := startPodOnly(t, l, node, name, labels)
+	if err := waitForIdentity(l, p, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// startPodOnly starts a pod named name with labels on node, stopped when the test ends.
+func startPodOnly(t *testing.T, l *lane, node, name string, labels map[string]string) *ciliumnodes.WorkloadPod {
 	t.Helper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: name, Labels: labels},
@@ -138,16 +147,14 @@ func startPod(t *testing.T, l *lane, node, name string, labels map[string]string
 		}
 	})
 	t.Logf("pod %s on %s at %s", name, node, p.IP)
-	waitForIdentity(t, l, p)
 	return p
 }
 
-// waitForIdentity waits until the pod's CiliumEndpoint carries the security identity of the pod's labels, as the
-// agent gives it once it has read the Pod (not reserved:init, which selects nothing a policy names).
-func waitForIdentity(t *testing.T, l *lane, p *ciliumnodes.WorkloadPod) {
-	t.Helper()
+// waitForIdentity waits up to timeout until the pod's CiliumEndpoint carries the security identity of the pod's
+// labels, as the agent gives it once it has read the Pod (not reserved:init, which selects nothing a policy names).
+func waitForIdentity(l *lane, p *ciliumnodes.WorkloadPod, timeout time.Duration) error {
 	endpoint := &ciliumv2.CiliumEndpoint{}
-	if err := testenv.WaitFor(context.Background(), 30*time.Second, func(ctx context.Context) (bool, error) {
+	if err := testenv.WaitFor(context.Background(), timeout, func(ctx context.Context) (bool, error) {
 		if err := l.env.Client.Get(ctx, client.ObjectKeyFromObject(p.Pod), endpoint); err != nil {
 			return false, client.IgnoreNotFound(err)
 		}
@@ -161,56 +168,25 @@ func waitForIdentity(t *testing.T, l *lane, p *ciliumnodes.WorkloadPod) {
 		}
 		return true, nil
 	}); err != nil {
-		t.Fatalf("the endpoint of pod %s has no identity of its labels %v: %+v (%v)", p.Pod.Name, p.Pod.Labels, endpoint.Status.Identity, err)
-	}
-}
-
-// serve answers "hello" on the pod's address and servePort until the test ends.
-func serve(t *testing.T, p *ciliumnodes.WorkloadPod) {
-	t.Helper()
-	var listener net.Listener
-	if err := p.Netns().Do(func() error {
-		var err error
-		listener, err = net.Listen("tcp", net.JoinHostPort(p.IP, strconv.Itoa(servePort)))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { listener.Close() })
-	go func() {
-		for {
-			c, err := listener.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = io.WriteString(c, "hello")
-			c.Close()
-		}
-	}()
-}
-
-// dial connects from one pod to another's server and reads its answer, within timeout.
-func dial(from, to *ciliumnodes.WorkloadPod, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	conn, err := from.Netns().DialContext(ctx, "tcp", net.JoinHostPort(to.IP, strconv.Itoa(servePort)))
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(timeout))
-	got, err := io.ReadAll(conn)
-	if err != nil {
-		return err
-	}
-	if string(got) != "hello" {
-		return errors.New("answered " + string(got))
+		return fmt.Errorf("the endpoint of pod %s has no identity of its labels %v: %+v (%w)", p.Pod.Name, p.Pod.Labels, endpoint.Status.Identity, err)
 	}
 	return nil
 }
 
-// dropped says whether err is a connection that timed out: dropped on its way, not refused.
-func dropped(err error) bool {
-	var netErr net.Error
-	return errors.As(err, &netErr) && netErr.Timeout()
+// serve answers on the pod's address and servePort until the test ends.
+func serve(t *testing.T, p *ciliumnodes.WorkloadPod) {
+	t.Helper()
+	stop, err := p.Serve(servePort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
 }
+
+// dial connects from one pod to another's server and reads its answer, within timeout.
+func dial(from, to *ciliumnodes.WorkloadPod, timeout time.Duration) error {
+	return from.Dial(to, servePort, timeout)
+}
+
+// dropped says whether err is a connection dropped on its way.
+func dropped(err error) bool { return ciliumnodes.Dropped(err) }

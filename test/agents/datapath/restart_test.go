@@ -56,74 +56,108 @@ type restartFlow struct {
 }
 
 func policyThroughRestart(t *testing.T, l *lane, restart func(*testenv.Env) error) {
-	ctx := context.Background()
-	var flows []*restartFlow
-	for _, node := range restartNodes {
-		f := &restartFlow{node: node, server: startPod(t, l, node, "restart-server-"+node, map[string]string{"app": "restart-server"})}
-		serve(t, f.server)
-		flows = append(flows, f)
-	}
-	for i, f := range flows {
-		other := restartNodes[(i+1)%len(restartNodes)]
-		f.a = startPod(t, l, other, "restart-a-"+other, map[string]string{"role": "restart-a"})
-		f.b = startPod(t, l, other, "restart-b-"+other, map[string]string{"role": "restart-b"})
-	}
-	policy := &networkingv1.NetworkPolicy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: "restart-server"},
-		Spec:       restartPolicy("restart-a"),
-	}
-	if err := l.env.Client.Create(ctx, policy); err != nil {
+	s := startRestartScenario(t, l)
+	healthy, violations, err := s.through(l, restart)
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = l.env.Client.Delete(context.Background(), policy) })
-	for _, f := range flows {
-		if err := waitEnforced(ctx, f, f.a, f.b); err != nil {
-			t.Fatalf("before the restart: %v", err)
-		}
-	}
-
-	// Throughout the restart: the policy as it was, on every node.
-	watching, stopWatching := context.WithCancel(ctx)
-	violations := watchPolicy(watching, flows)
-	if err := restart(l.env); err != nil {
-		stopWatching()
-		t.Fatal(err)
-	}
-	healthy := time.Now()
-	stopWatching()
-	for _, v := range violations() {
+	for _, v := range violations {
 		t.Errorf("during the restart: %s", v)
 	}
-
-	// Right after it: the policy turned around and a new pod on each node.
-	if err := retry.OnError(retry.DefaultBackoff, func(error) bool { return true }, func() error {
-		if err := l.env.Client.Get(ctx, client.ObjectKeyFromObject(policy), policy); err != nil {
-			return err
-		}
-		policy.Spec = restartPolicy("restart-b")
-		return l.env.Client.Update(ctx, policy)
-	}); err != nil {
-		t.Fatalf("turning the policy around after the restart: %v", err)
-	}
-	for i, f := range flows {
-		other := restartNodes[(i+1)%len(restartNodes)]
-		f.newB = startPod(t, l, other, "restart-new-"+other, map[string]string{"role": "restart-b"})
-	}
+	s.turnAround(t, l, startPod)
 	var wg sync.WaitGroup
-	for _, f := range flows {
+	for _, f := range s.flows {
 		wg.Go(func() {
-			if err := waitEnforced(ctx, f, f.b, f.a); err != nil {
-				t.Errorf("after the restart, the turned-around policy: %v", err)
-				return
-			}
-			if err := dial(f.newB, f.server, 20*time.Second); err != nil {
-				t.Errorf("after the restart, the new pod %s to %s: %v", f.newB.Pod.Name, f.server.Pod.Name, err)
+			if err := f.enforcedAfterTurn(context.Background(), 3*time.Minute); err != nil {
+				t.Errorf("after the restart: %v", err)
 				return
 			}
 			t.Logf("%s enforces the turned-around policy and reaches the new pod %s after kube-apiserver was healthy", f.node, time.Since(healthy).Round(100*time.Millisecond))
 		})
 	}
 	wg.Wait()
+}
+
+// restartScenario is the restart cases' pods and policy.
+type restartScenario struct {
+	flows  []*restartFlow
+	policy *networkingv1.NetworkPolicy
+}
+
+// startRestartScenario starts a server on each of restartNodes and two clients of it on the other, and the policy
+// that lets only the first client in; it returns once every node enforces it.
+func startRestartScenario(t *testing.T, l *lane) *restartScenario {
+	t.Helper()
+	ctx := context.Background()
+	s := &restartScenario{}
+	for _, node := range restartNodes {
+		f := &restartFlow{node: node, server: startPod(t, l, node, "restart-server-"+node, map[string]string{"app": "restart-server"})}
+		serve(t, f.server)
+		s.flows = append(s.flows, f)
+	}
+	for i, f := range s.flows {
+		other := restartNodes[(i+1)%len(restartNodes)]
+		f.a = startPod(t, l, other, "restart-a-"+other, map[string]string{"role": "restart-a"})
+		f.b = startPod(t, l, other, "restart-b-"+other, map[string]string{"role": "restart-b"})
+	}
+	s.policy = &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: "restart-server"},
+		Spec:       restartPolicy("restart-a"),
+	}
+	if err := l.env.Client.Create(ctx, s.policy); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.env.Client.Delete(context.Background(), s.policy) })
+	for _, f := range s.flows {
+		if err := waitEnforced(ctx, f, f.a, f.b, 3*time.Minute); err != nil {
+			t.Fatalf("before the restart: %v", err)
+		}
+	}
+	return s
+}
+
+// through restarts kube-apiserver while checking the policy on every flow, and returns when kube-apiserver was
+// healthy again and what broke the policy meanwhile.
+func (s *restartScenario) through(l *lane, restart func(*testenv.Env) error) (time.Time, []string, error) {
+	watching, stopWatching := context.WithCancel(context.Background())
+	violations := watchPolicy(watching, s.flows)
+	err := restart(l.env)
+	healthy := time.Now()
+	stopWatching()
+	return healthy, violations(), err
+}
+
+// turnAround lets the denied clients in and keeps the allowed ones out, and starts a new pod of the now allowed role
+// on each node: with start, startPod or startPodOnly.
+func (s *restartScenario) turnAround(t *testing.T, l *lane, start func(t *testing.T, l *lane, node, name string, labels map[string]string) *ciliumnodes.WorkloadPod) {
+	t.Helper()
+	ctx := context.Background()
+	if err := retry.OnError(retry.DefaultBackoff, func(error) bool { return true }, func() error {
+		if err := l.env.Client.Get(ctx, client.ObjectKeyFromObject(s.policy), s.policy); err != nil {
+			return err
+		}
+		s.policy.Spec = restartPolicy("restart-b")
+		return l.env.Client.Update(ctx, s.policy)
+	}); err != nil {
+		t.Fatalf("turning the policy around after the restart: %v", err)
+	}
+	for i, f := range s.flows {
+		other := restartNodes[(i+1)%len(restartNodes)]
+		f.newB = start(t, l, other, "restart-new-"+other, map[string]string{"role": "restart-b"})
+	}
+}
+
+// enforcedAfterTurn waits until f's node enforces the turned-around policy and its server answers the new pod.
+func (f *restartFlow) enforcedAfterTurn(ctx context.Context, timeout time.Duration) error {
+	if err := waitEnforced(ctx, f, f.b, f.a, timeout); err != nil {
+		return err
+	}
+	if err := testenv.WaitFor(ctx, timeout, func(context.Context) (bool, error) {
+		return dial(f.newB, f.server, 2*time.Second) == nil, nil
+	}); err != nil {
+		return fmt.Errorf("the new pod %s does not reach %s: %w", f.newB.Pod.Name, f.server.Pod.Name, err)
+	}
+	return nil
 }
 
 // restartPolicy lets the pods of role reach the servers' port, and nothing else.
@@ -138,10 +172,10 @@ func restartPolicy(role string) networkingv1.NetworkPolicySpec {
 	}
 }
 
-// waitEnforced waits up to three minutes until allowed reaches f's server and denied's connection is dropped.
-func waitEnforced(ctx context.Context, f *restartFlow, allowed, denied *ciliumnodes.WorkloadPod) error {
+// waitEnforced waits up to timeout until allowed reaches f's server and denied's connection is dropped.
+func waitEnforced(ctx context.Context, f *restartFlow, allowed, denied *ciliumnodes.WorkloadPod, timeout time.Duration) error {
 	var allowedErr, deniedErr error
-	if err := testenv.WaitFor(ctx, 3*time.Minute, func(context.Context) (bool, error) {
+	if err := testenv.WaitFor(ctx, timeout, func(context.Context) (bool, error) {
 		allowedErr, deniedErr = dial(allowed, f.server, 2*time.Second), dial(denied, f.server, 2*time.Second)
 		return allowedErr == nil && dropped(deniedErr), nil
 	}); err != nil {

@@ -57,6 +57,8 @@ func (c Chart) version() string {
 // upstream's one created from the admitted DaemonSet as that controller would, as a dry run (a stored pod of the same
 // labels would be the DaemonSet's to adopt).
 type installation struct {
+	// rendered is the agent DaemonSet as the chart renders it, before admission: the baseline's (Agents.Baseline).
+	rendered *appsv1.DaemonSet
 	agent    *appsv1.DaemonSet
 	operator *appsv1.Deployment
 	config   *corev1.ConfigMap
@@ -75,6 +77,10 @@ type Agents struct {
 	// Afresh restarts every agent, also those that run as wanted: agents that did not run through what a case did
 	// before.
 	Afresh bool
+	// Baseline runs the agents without the extension: from the chart's pods as it renders them, not as the webhook
+	// admitted them, with the rendered cilium-config, reaching kube-apiserver through the `kubernetes` ClusterIP
+	// (baseline.go).
+	Baseline bool
 }
 
 // withClientDefaults is pod without the client timeouts the webhook sets (cilium.ClientTimeoutVars).
@@ -147,7 +153,7 @@ func (c *Cluster) install(ctx context.Context, chart Chart) (*installation, erro
 	if err != nil {
 		return nil, err
 	}
-	inst := &installation{agent: rendered.Agent.DeepCopy(), operator: rendered.Operator.DeepCopy(), config: rendered.Config.DeepCopy(), pods: map[string]*corev1.Pod{}}
+	inst := &installation{rendered: rendered.Agent.DeepCopy(), agent: rendered.Agent.DeepCopy(), operator: rendered.Operator.DeepCopy(), config: rendered.Config.DeepCopy(), pods: map[string]*corev1.Pod{}}
 	if chart == c.stored {
 		for _, obj := range rendered.All {
 			// Not Envoy's DaemonSet: the agents here run without Envoy (agentFlags), which cannot run here. Its pods,
@@ -350,12 +356,16 @@ func (c *Cluster) Run(ctx context.Context, want Agents) (map[string]*corev1.Pod,
 	errs := make(chan error, len(c.nodes))
 	for _, n := range c.Nodes() {
 		if !want.Afresh && c.running != nil && c.running.Chart == want.Chart && c.running.ClientDefaults == want.ClientDefaults &&
-			(!n.ControlPlane || !reconfigure) && n.running() && !n.stale() {
+			c.running.Baseline == want.Baseline && (!n.ControlPlane || !reconfigure) && n.running() && !n.stale() {
 			continue
 		}
 		pod := inst.pods[n.Name]
 		if want.ClientDefaults {
 			pod = withClientDefaults(pod)
+		}
+		if want.Baseline {
+			restarts.Go(func() { errs <- c.startBaseline(ctx, n, inst, pod, configMaps) })
+			continue
 		}
 		restarts.Go(func() { errs <- n.restart(ctx, c.env, pod, configMaps) })
 	}

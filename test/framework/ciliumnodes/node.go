@@ -459,7 +459,9 @@ func (n *Node) runInitContainers(ctx context.Context, env *testenv.Env, pod *cor
 		if err != nil {
 			return err
 		}
-		c.Node, c.ConfigMaps, c.Dir, c.LogPath = n.Name, configMaps, filepath.Join(dir, "pod"), filepath.Join(dir, ic.Name+".log")
+		// In the node's cgroup, as every process of a real node is below the cgroup2 root where socket load-balancing
+		// attaches: a container of the chart that dials the ClusterIP has it translated.
+		c.Node, c.ConfigMaps, c.Dir, c.LogPath, c.Cgroup = n.Name, configMaps, filepath.Join(dir, "pod"), filepath.Join(dir, ic.Name+".log"), n.cgroup
 		started, err := n.sandbox.Start(c)
 		if err != nil {
 			return err
@@ -468,7 +470,7 @@ func (n *Node) runInitContainers(ctx context.Context, env *testenv.Env, pod *cor
 		case <-started.Stopped():
 		case <-time.After(time.Minute):
 			started.Kill()
-			return fmt.Errorf("init container %s did not finish within a minute", ic.Name)
+			return fmt.Errorf("init container %s did not finish within a minute:\n%s", ic.Name, started.LogTail(20))
 		}
 		if err := started.Err(); err != nil {
 			return fmt.Errorf("init container %s: %w\n%s", ic.Name, err, started.LogTail(20))
@@ -650,13 +652,7 @@ func (n *Node) LogTail() string {
 // APIServerPeers are the kube-apiserver addresses (port 443) the agent is connected to, by the address pairs of its
 // own sockets: after socket load-balancing, the backend it reached.
 func (n *Node) APIServerPeers() ([]string, error) {
-	n.mu.Lock()
-	agent := n.agent
-	n.mu.Unlock()
-	if agent == nil {
-		return nil, fmt.Errorf("no agent runs on %s", n.Name)
-	}
-	all, err := agent.Peers()
+	all, err := n.AgentPeers()
 	// Port 443: every kube-apiserver address (the control-plane nodes, localhost, the ClusterIP, the VIP); the
 	// others are the probes and clients of the agent's own servers.
 	return slices.DeleteFunc(all, func(p string) bool { return !strings.HasSuffix(p, ":443") }), err

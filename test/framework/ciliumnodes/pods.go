@@ -6,10 +6,15 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -156,4 +161,53 @@ func (n *Node) cniPluginConfig() ([]byte, error) {
 	plugin := list.Plugins[0]
 	plugin["name"], plugin["cniVersion"] = list.Name, list.CNIVersion
 	return json.Marshal(plugin)
+}
+
+// Serve answers "hello" on the pod's address and port until the returned stop is called.
+func (p *WorkloadPod) Serve(port int) (stop func(), err error) {
+	var listener net.Listener
+	if err := p.netns.Do(func() error {
+		var err error
+		listener, err = net.Listen("tcp", net.JoinHostPort(p.IP, strconv.Itoa(port)))
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	go func() {
+		for {
+			c, err := listener.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = io.WriteString(c, "hello")
+			c.Close()
+		}
+	}()
+	return func() { listener.Close() }, nil
+}
+
+// Dial connects from the pod to the server of to on port and reads its answer, within timeout.
+func (p *WorkloadPod) Dial(to *WorkloadPod, port int, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	conn, err := p.netns.DialContext(ctx, "tcp", net.JoinHostPort(to.IP, strconv.Itoa(port)))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	got, err := io.ReadAll(conn)
+	if err != nil {
+		return err
+	}
+	if string(got) != "hello" {
+		return errors.New("answered " + string(got))
+	}
+	return nil
+}
+
+// Dropped says whether err is a connection that timed out: dropped on its way, as a policy drops it, not refused.
+func Dropped(err error) bool {
+	var netErr net.Error
+	return errors.As(err, &netErr) && netErr.Timeout()
 }

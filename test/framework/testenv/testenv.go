@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -305,6 +307,28 @@ func (e *Env) RestartAPIServer(downtime time.Duration) error {
 		return fmt.Errorf("starting kube-apiserver again: %w\n--- kube-apiserver log (tail) ---\n%s", err, fileTail(e.APIServerLog, 30))
 	}
 	return nil
+}
+
+// Advertise restarts kube-apiserver (gracefully, so that it takes its old address out of the `kubernetes` Service)
+// advertising ip, and waits until the `kubernetes` EndpointSlice names only ip, at kube-apiserver's secure port.
+func (e *Env) Advertise(ctx context.Context, ip string) error {
+	e.Environment.ControlPlane.GetAPIServer().Configure().Set("advertise-address", ip)
+	if err := e.RestartAPIServer(0); err != nil {
+		return err
+	}
+	return e.WaitForAdvertised(ctx, ip)
+}
+
+// WaitForAdvertised waits up to a minute until the `kubernetes` EndpointSlice names only ip: kube-apiserver adds its
+// address once it is ready (pkg/controlplane/controller/kubernetesservice).
+func (e *Env) WaitForAdvertised(ctx context.Context, ip string) error {
+	var slice discoveryv1.EndpointSlice
+	return WaitFor(ctx, time.Minute, func(ctx context.Context) (bool, error) {
+		if err := e.Client.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceDefault, Name: "kubernetes"}, &slice); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		return len(slice.Endpoints) == 1 && slices.Equal(slice.Endpoints[0].Addresses, []string{ip}), nil
+	})
 }
 
 // KillAPIServer kills kube-apiserver as a crash or the OOM killer does (SIGKILL: no graceful shutdown, so its address
