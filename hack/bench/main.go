@@ -36,12 +36,13 @@ func main() {
 	out := flag.String("out", "bench/results", "where to write the results")
 	version := flag.String("cilium-version", "1.19.7", "the Cilium chart and operator")
 	rerender := flag.String("render", "", "only write the Markdown of an earlier JSON result")
-	flag.StringVar(&only, "sections", "1,2,3,4,6,7,8,9,10,11", "the sections to run (5, memory, comes with 3 and 4)")
+	flag.StringVar(&only, "sections", "1,2,3,4,6,7,8,9,10,11,12", "the sections to run (5, memory, comes with 3 and 4)")
 	failovers := flag.Int("failovers", 10, "how many failovers section 6 measures per way of dying and lease timing")
 	flips := flag.Int("flips", 20, "how often section 7 takes an endpoint's kube-apiserver away and back")
 	reconnects := flag.Int("reconnects", 3, "how often section 8 ends a worker agent's connection to kube-apiserver per way and client setting")
 	repins := flag.Int("repins", 5, "how often section 9 moves every control-plane node to a new address")
 	rollouts := flag.Int("rollouts", 3, "how often section 6 rolls the agent DaemonSet")
+	restarts := flag.Int("restarts", 5, "how often section 12 restarts kube-apiserver with the extension per way of restarting")
 	withdrawals := flag.Int("withdrawals", 10, "how often section 10 fails a control-plane node per way of failing and timer profile (0: only its outages and graceful-restart cases)")
 	flag.StringVar(&profileDir, "profile", "", "write CPU profiles of kube-apiserver during sections 3 and 4 here")
 	floorsDir := flag.String("serve-floors", "", "internal: serve section 3's floor webhooks, writing their URL and CA into this directory")
@@ -68,7 +69,7 @@ func main() {
 	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 
 	r := &report{Date: time.Now().UTC().Format("2006-01-02 15:04 MST"), Machine: machine()}
-	if err := run(r, *version, counts{failovers: *failovers, flips: *flips, reconnects: *reconnects, repins: *repins, rollouts: *rollouts, withdrawals: *withdrawals}); err != nil {
+	if err := run(r, *version, counts{failovers: *failovers, flips: *flips, reconnects: *reconnects, repins: *repins, restarts: *restarts, rollouts: *rollouts, withdrawals: *withdrawals}); err != nil {
 		fmt.Fprintln(os.Stderr, "bench failed:", err)
 		os.Exit(1)
 	}
@@ -81,7 +82,7 @@ func main() {
 }
 
 // counts say how often the sections with real agents repeat what they measure.
-type counts struct{ failovers, flips, reconnects, repins, rollouts, withdrawals int }
+type counts struct{ failovers, flips, reconnects, repins, restarts, rollouts, withdrawals int }
 
 func run(r *report, version string, n counts) error {
 	f, err := newFixture(version)
@@ -136,6 +137,12 @@ func run(r *report, version string, n counts) error {
 	if runs("11") {
 		fmt.Println("==> 11. Node status writes through the chart's Node policies")
 		if err := nodeWrites(r); err != nil {
+			return err
+		}
+	}
+	if runs("12") {
+		fmt.Println("==> 12. NetworkPolicy through kube-apiserver restarts, with and without the extension")
+		if err := policyRestarts(r, n.restarts); err != nil {
 			return err
 		}
 	}

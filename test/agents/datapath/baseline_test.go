@@ -2,8 +2,6 @@ package datapath
 
 import (
 	"context"
-	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -47,16 +45,16 @@ func TestBaselineWithoutExtension(t *testing.T) {
 	}
 	for _, n := range l.cluster.Nodes() {
 		if err := testenv.WaitFor(ctx, 2*time.Minute, func(context.Context) (bool, error) {
-			return throughClusterIP(ctx, n, advertised), nil
+			return n.ThroughClusterIP(ctx, advertised), nil
 		}); err != nil {
 			peers, _ := n.AgentPeers()
 			backends, _ := n.Backends(ctx, podrun.ClusterIP, 443)
 			t.Fatalf("positive control: the baseline agent on %s is connected to %v, its load balancer sends the ClusterIP to %v; want %s", n.Name, peers, backends, advertised)
 		}
 	}
-	s := startRestartScenario(t, l)
+	s := startPolicyScenario(t, l)
 
-	healthy, violations, err := s.through(l, func(e *testenv.Env) error { return e.RestartAPIServer(10 * time.Second) })
+	healthy, violations, err := s.Through(func() error { return l.env.RestartAPIServer(10 * time.Second) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,26 +63,28 @@ func TestBaselineWithoutExtension(t *testing.T) {
 	if err := l.env.WaitForAdvertised(ctx, controlPlane.IP); err != nil {
 		t.Fatalf("kube-apiserver did not advertise %s again: %v", controlPlane.IP, err)
 	}
-	s.turnAround(t, l, startPodOnly)
+	if err := s.TurnAround(ctx, false); err != nil {
+		t.Fatal(err)
+	}
 	var wg sync.WaitGroup
-	for _, f := range s.flows {
+	for _, f := range s.Flows {
 		wg.Go(func() {
-			if err := waitForIdentity(l, f.newB, baselineWindow); err != nil {
+			if err := l.cluster.WaitForIdentity(ctx, f.NewB, baselineWindow); err != nil {
 				t.Logf("without the extension, after the restart: %v", err)
 			}
 		})
 		wg.Go(func() {
-			if err := f.enforcedAfterTurn(ctx, baselineWindow); err != nil {
-				t.Logf("without the extension, %s after the restart: %v", f.node, err)
+			if err := f.EnforcedAfterTurn(ctx, baselineWindow); err != nil {
+				t.Logf("without the extension, %s after the restart: %v", f.Node, err)
 				return
 			}
-			t.Logf("without the extension, %s enforces the turned-around policy and reaches the new pod %s after kube-apiserver was healthy", f.node, time.Since(healthy).Round(100*time.Millisecond))
+			t.Logf("without the extension, %s enforces the turned-around policy and reaches the new pod %s after kube-apiserver was healthy", f.Node, time.Since(healthy).Round(100*time.Millisecond))
 		})
 	}
 	for _, n := range l.cluster.Nodes() {
 		wg.Go(func() {
 			if err := testenv.WaitFor(ctx, baselineWindow, func(context.Context) (bool, error) {
-				return throughClusterIP(ctx, n, advertised), nil
+				return n.ThroughClusterIP(ctx, advertised), nil
 			}); err != nil {
 				backends, _ := n.Backends(ctx, podrun.ClusterIP, 443)
 				t.Logf("without the extension, the agent on %s has not reconnected after the restart; its load balancer sends the ClusterIP to %v", n.Name, backends)
@@ -94,15 +94,4 @@ func TestBaselineWithoutExtension(t *testing.T) {
 		})
 	}
 	wg.Wait()
-}
-
-// throughClusterIP says whether the node's agent is connected to advertised, its load balancer sending the
-// `kubernetes` ClusterIP there.
-func throughClusterIP(ctx context.Context, n *ciliumnodes.Node, advertised string) bool {
-	peers, err := n.AgentPeers()
-	if err != nil || !slices.Contains(peers, advertised) {
-		return false
-	}
-	backends, err := n.Backends(ctx, podrun.ClusterIP, 443)
-	return err == nil && slices.ContainsFunc(backends, func(b string) bool { return strings.HasPrefix(b, advertised+" ") })
 }

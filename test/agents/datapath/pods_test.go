@@ -2,8 +2,6 @@ package datapath
 
 import (
 	"context"
-	"fmt"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -14,7 +12,6 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumnodes"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
@@ -117,21 +114,11 @@ func TestCiliumNetworkPolicyAcrossNodes(t *testing.T) {
 }
 
 // servePort is where a pod's server listens.
-const servePort = 8080
+const servePort = ciliumnodes.PolicyPort
 
 // startPod starts a pod named name with labels on node, stopped when the test ends, and waits until its endpoint
 // carries the identity of its labels.
 func startPod(t *testing.T, l *lane, node, name string, labels map[string]string) *ciliumnodes.WorkloadPod {
-	t.Helper()
-	p := startPodOnly(t, l, node, name, labels)
-	if err := waitForIdentity(l, p, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-// startPodOnly starts a pod named name with labels on node, stopped when the test ends.
-func startPodOnly(t *testing.T, l *lane, node, name string, labels map[string]string) *ciliumnodes.WorkloadPod {
 	t.Helper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: name, Labels: labels},
@@ -147,30 +134,10 @@ func startPodOnly(t *testing.T, l *lane, node, name string, labels map[string]st
 		}
 	})
 	t.Logf("pod %s on %s at %s", name, node, p.IP)
-	return p
-}
-
-// waitForIdentity waits up to timeout until the pod's CiliumEndpoint carries the security identity of the pod's
-// labels, as the agent gives it once it has read the Pod (not reserved:init, which selects nothing a policy names).
-func waitForIdentity(l *lane, p *ciliumnodes.WorkloadPod, timeout time.Duration) error {
-	endpoint := &ciliumv2.CiliumEndpoint{}
-	if err := testenv.WaitFor(context.Background(), timeout, func(ctx context.Context) (bool, error) {
-		if err := l.env.Client.Get(ctx, client.ObjectKeyFromObject(p.Pod), endpoint); err != nil {
-			return false, client.IgnoreNotFound(err)
-		}
-		if endpoint.Status.Identity == nil {
-			return false, nil
-		}
-		for k, v := range p.Pod.Labels {
-			if !slices.Contains(endpoint.Status.Identity.Labels, "k8s:"+k+"="+v) {
-				return false, nil
-			}
-		}
-		return true, nil
-	}); err != nil {
-		return fmt.Errorf("the endpoint of pod %s has no identity of its labels %v: %+v (%w)", p.Pod.Name, p.Pod.Labels, endpoint.Status.Identity, err)
+	if err := l.cluster.WaitForIdentity(context.Background(), p, 30*time.Second); err != nil {
+		t.Fatal(err)
 	}
-	return nil
+	return p
 }
 
 // serve answers on the pod's address and servePort until the test ends.

@@ -6,12 +6,15 @@ import (
 	"maps"
 	"net"
 	"net/url"
+	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumchart"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/podrun"
 )
 
 // The baseline: Cilium as networking-cilium's chart renders it, without the extension (issue 44,
@@ -82,4 +85,15 @@ func (n *Node) AgentPeers() ([]string, error) {
 		return nil, fmt.Errorf("no agent runs on %s", n.Name)
 	}
 	return agent.Peers()
+}
+
+// ThroughClusterIP says whether the node's agent is connected to advertised, its load balancer sending the
+// `kubernetes` ClusterIP there.
+func (n *Node) ThroughClusterIP(ctx context.Context, advertised string) bool {
+	peers, err := n.AgentPeers()
+	if err != nil || !slices.Contains(peers, advertised) {
+		return false
+	}
+	backends, err := n.Backends(ctx, podrun.ClusterIP, 443)
+	return err == nil && slices.ContainsFunc(backends, func(b string) bool { return strings.HasPrefix(b, advertised+" ") })
 }

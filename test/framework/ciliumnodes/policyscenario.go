@@ -1,0 +1,249 @@
+package ciliumnodes
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
+)
+
+// PolicyPort is where a policy scenario's servers listen.
+const PolicyPort = 8080
+
+// PolicyScenario is a NetworkPolicy over workload pods on several nodes, for watching it through kube-apiserver's
+// restarts (issue 44, docs/development/workload-pods.md): on each node a server under the policy, and on the next node
+// two clients of it, the one the policy lets in (role a) and the one it keeps out (role b).
+type PolicyScenario struct {
+	Flows  []*PolicyFlow
+	c      *Cluster
+	policy *networkingv1.NetworkPolicy
+	pods   []*WorkloadPod
+	stops  []func()
+	// Logf, when set, is told of every pod started.
+	Logf func(format string, args ...any)
+}
+
+// PolicyFlow is a server and its clients: A allowed and B denied until TurnAround swaps them, NewB of B's role started
+// after that.
+type PolicyFlow struct {
+	Node               string
+	Server, A, B, NewB *WorkloadPod
+}
+
+// StartPolicyScenario starts the pods and the policy on nodes and returns once every node enforces it. Stop removes
+// them, also when it fails.
+func (c *Cluster) StartPolicyScenario(ctx context.Context, nodes []string, logf func(string, ...any)) (*PolicyScenario, error) {
+	s := &PolicyScenario{c: c, Logf: logf}
+	for _, node := range nodes {
+		server, err := s.startPod(ctx, node, "restart-server-"+node, map[string]string{"app": "restart-server"}, true)
+		if err != nil {
+			return s, err
+		}
+		stop, err := server.Serve(PolicyPort)
+		if err != nil {
+			return s, err
+		}
+		s.stops = append(s.stops, stop)
+		s.Flows = append(s.Flows, &PolicyFlow{Node: node, Server: server})
+	}
+	for i, f := range s.Flows {
+		other := nodes[(i+1)%len(nodes)]
+		var err error
+		if f.A, err = s.startPod(ctx, other, "restart-a-"+other, map[string]string{"role": "restart-a"}, true); err != nil {
+			return s, err
+		}
+		if f.B, err = s.startPod(ctx, other, "restart-b-"+other, map[string]string{"role": "restart-b"}, true); err != nil {
+			return s, err
+		}
+	}
+	s.policy = &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: "restart-server"},
+		Spec:       policyAllowing("restart-a"),
+	}
+	if err := c.env.Client.Create(ctx, s.policy); err != nil {
+		return s, err
+	}
+	for _, f := range s.Flows {
+		if err := f.WaitEnforced(ctx, f.A, f.B, 3*time.Minute); err != nil {
+			return s, fmt.Errorf("the policy: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// Stop deletes the policy and stops the pods.
+func (s *PolicyScenario) Stop() {
+	ctx := context.Background()
+	if s.policy != nil {
+		_ = s.c.env.Client.Delete(ctx, s.policy)
+	}
+	for _, stop := range s.stops {
+		stop()
+	}
+	for _, p := range s.pods {
+		if err := p.Stop(ctx, s.c.env); err != nil && s.Logf != nil {
+			s.Logf("stopping pod %s: %v", p.Pod.Name, err)
+		}
+	}
+}
+
+// startPod starts a pod named name with labels on node and, with identity, waits until its endpoint carries the
+// identity of its labels.
+func (s *PolicyScenario) startPod(ctx context.Context, node, name string, labels map[string]string, identity bool) (*WorkloadPod, error) {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: name, Labels: labels},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}},
+	}
+	p, err := s.c.Node(node).StartPod(ctx, s.c.env, pod)
+	if err != nil {
+		return nil, err
+	}
+	s.pods = append(s.pods, p)
+	if s.Logf != nil {
+		s.Logf("pod %s on %s at %s", name, node, p.IP)
+	}
+	if identity {
+		return p, s.c.WaitForIdentity(ctx, p, 30*time.Second)
+	}
+	return p, nil
+}
+
+// Through runs restart while checking every flow again and again (A connects, B is dropped), and returns when
+// kube-apiserver was healthy again and what broke the policy meanwhile.
+func (s *PolicyScenario) Through(restart func() error) (time.Time, []string, error) {
+	watching, stopWatching := context.WithCancel(context.Background())
+	violations := watchPolicy(watching, s.Flows)
+	err := restart()
+	healthy := time.Now()
+	stopWatching()
+	return healthy, violations(), err
+}
+
+// TurnAround lets the B clients in and keeps the A clients out, and starts a new pod of B's role on each node; with
+// identity it waits for each new pod's identity.
+func (s *PolicyScenario) TurnAround(ctx context.Context, identity bool) error {
+	if err := retry.OnError(retry.DefaultBackoff, func(error) bool { return true }, func() error {
+		if err := s.c.env.Client.Get(ctx, client.ObjectKeyFromObject(s.policy), s.policy); err != nil {
+			return err
+		}
+		s.policy.Spec = policyAllowing("restart-b")
+		return s.c.env.Client.Update(ctx, s.policy)
+	}); err != nil {
+		return fmt.Errorf("turning the policy around: %w", err)
+	}
+	for _, f := range s.Flows {
+		node := f.A.Node.Name
+		var err error
+		if f.NewB, err = s.startPod(ctx, node, "restart-new-"+node, map[string]string{"role": "restart-b"}, identity); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// EnforcedAfterTurn waits up to timeout until f's node enforces the turned-around policy and its server answers the
+// new pod.
+func (f *PolicyFlow) EnforcedAfterTurn(ctx context.Context, timeout time.Duration) error {
+	if err := f.WaitEnforced(ctx, f.B, f.A, timeout); err != nil {
+		return err
+	}
+	if err := testenv.WaitFor(ctx, timeout, func(context.Context) (bool, error) {
+		return f.NewB.Dial(f.Server, PolicyPort, 2*time.Second) == nil, nil
+	}); err != nil {
+		return fmt.Errorf("the new pod %s does not reach %s: %w", f.NewB.Pod.Name, f.Server.Pod.Name, err)
+	}
+	return nil
+}
+
+// WaitEnforced waits up to timeout until allowed reaches f's server and denied's connection is dropped.
+func (f *PolicyFlow) WaitEnforced(ctx context.Context, allowed, denied *WorkloadPod, timeout time.Duration) error {
+	var allowedErr, deniedErr error
+	if err := testenv.WaitFor(ctx, timeout, func(context.Context) (bool, error) {
+		allowedErr, deniedErr = allowed.Dial(f.Server, PolicyPort, 2*time.Second), denied.Dial(f.Server, PolicyPort, 2*time.Second)
+		return allowedErr == nil && Dropped(deniedErr), nil
+	}); err != nil {
+		return fmt.Errorf("to %s: %s: %v, want connected; %s: %v, want dropped", f.Server.Pod.Name, allowed.Pod.Name, allowedErr, denied.Pod.Name, deniedErr)
+	}
+	return nil
+}
+
+// policyAllowing lets the pods of role reach the servers' port, and nothing else.
+func policyAllowing(role string) networkingv1.NetworkPolicySpec {
+	return networkingv1.NetworkPolicySpec{
+		PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "restart-server"}},
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+		Ingress: []networkingv1.NetworkPolicyIngressRule{{
+			From:  []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": role}}}},
+			Ports: []networkingv1.NetworkPolicyPort{{Port: new(intstr.FromInt32(PolicyPort))}},
+		}},
+	}
+}
+
+// watchPolicy checks every flow again and again until ctx ends: A connects, B is dropped. It returns what broke that.
+func watchPolicy(ctx context.Context, flows []*PolicyFlow) func() []string {
+	var (
+		mu         sync.Mutex
+		violations []string
+		done       sync.WaitGroup
+	)
+	started := time.Now()
+	for _, f := range flows {
+		done.Go(func() {
+			for ctx.Err() == nil {
+				aErr, bErr := f.A.Dial(f.Server, PolicyPort, 3*time.Second), f.B.Dial(f.Server, PolicyPort, 3*time.Second)
+				if ctx.Err() != nil {
+					return
+				}
+				at := time.Since(started).Round(100 * time.Millisecond)
+				mu.Lock()
+				if aErr != nil {
+					violations = append(violations, fmt.Sprintf("%s to %s failed after %s: %v", f.A.Pod.Name, f.Server.Pod.Name, at, aErr))
+				}
+				if !Dropped(bErr) {
+					violations = append(violations, fmt.Sprintf("%s to %s was not dropped after %s: %v", f.B.Pod.Name, f.Server.Pod.Name, at, bErr))
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	return func() []string {
+		done.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		return violations
+	}
+}
+
+// WaitForIdentity waits up to timeout until the pod's CiliumEndpoint carries the security identity of the pod's
+// labels, as the agent gives it once it has read the Pod (not reserved:init, which selects nothing a policy names).
+func (c *Cluster) WaitForIdentity(ctx context.Context, p *WorkloadPod, timeout time.Duration) error {
+	endpoint := &ciliumv2.CiliumEndpoint{}
+	if err := testenv.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		if err := c.env.Client.Get(ctx, client.ObjectKeyFromObject(p.Pod), endpoint); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		if endpoint.Status.Identity == nil {
+			return false, nil
+		}
+		for k, v := range p.Pod.Labels {
+			if !slices.Contains(endpoint.Status.Identity.Labels, "k8s:"+k+"="+v) {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		return fmt.Errorf("the endpoint of pod %s has no identity of its labels %v: %+v (%w)", p.Pod.Name, p.Pod.Labels, endpoint.Status.Identity, err)
+	}
+	return nil
+}
