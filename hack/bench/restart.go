@@ -48,10 +48,18 @@ func policyRestarts(r *report, runs int) error {
 				}
 				converged, violations = append(converged, took...), violations+broke
 			}
+			if len(converged) == 0 {
+				continue
+			}
 			addQuantiles(r, restartSection, "every node enforcing the policy turned around and reaching a new pod, from kube-apiserver healthy", kind.name+", with the extension", converged, Result{})
 			r.add(Result{Section: restartSection, Name: "allowed connections failing or denied ones not dropped during the outage, " + kind.name + ", with the extension, all runs", Value: float64(violations), Unit: "count"})
 		}
-		return baselineRestarts(ctx, r, env, cluster)
+		// The baseline is expected to misbehave: what it did not get through is noted, and the report is kept.
+		if err := baselineRestarts(ctx, r, env, cluster); err != nil {
+			r.Notes = append(r.Notes, "Section 12's baseline did not finish: "+err.Error())
+			fmt.Println("   baseline:", err)
+		}
+		return nil
 	})
 }
 
@@ -75,8 +83,9 @@ func restartWithExtension(ctx context.Context, env *testenv.Env, cluster *cilium
 	var wg sync.WaitGroup
 	for i, f := range s.Flows {
 		wg.Go(func() {
-			errs[i] = f.EnforcedAfterTurn(ctx, 3*time.Minute)
-			took[i] = time.Since(healthy)
+			var at time.Time
+			at, errs[i] = f.EnforcedAfterTurn(ctx, 3*time.Minute)
+			took[i] = at.Sub(healthy)
 		})
 	}
 	wg.Wait()
@@ -140,7 +149,7 @@ func baselineRestarts(ctx context.Context, r *report, env *testenv.Env, cluster 
 		}
 		for _, f := range s.Flows {
 			wg.Go(func() {
-				if f.EnforcedAfterTurn(ctx, baselineWindow) == nil {
+				if _, err := f.EnforcedAfterTurn(ctx, baselineWindow); err == nil {
 					mu.Lock()
 					enforced++
 					mu.Unlock()

@@ -94,7 +94,7 @@ type runnablesNeedingLeadership struct {
 	leader bool
 	// server, when set, stands in for the manager's webhook server.
 	server webhook.Server
-	// registrationFirst, when set, holds the runnables back until the first, the one-shot registration, has returned.
+	// registrationFirst, when set, holds the runnables back until the first, the one-shot registration, has succeeded.
 	registrationFirst *registrationFirst
 }
 
@@ -137,6 +137,9 @@ func (g *registrationFirst) after(r manager.Runnable) manager.Runnable {
 	return leaderRunnable(func(ctx context.Context) error {
 		select {
 		case <-g.done:
+			if ctx.Err() != nil {
+				return nil
+			}
 			return r.Start(ctx)
 		case <-ctx.Done():
 			return nil

@@ -74,11 +74,12 @@ func TestBaselineWithoutExtension(t *testing.T) {
 			}
 		})
 		wg.Go(func() {
-			if err := f.EnforcedAfterTurn(ctx, baselineWindow); err != nil {
+			at, err := f.EnforcedAfterTurn(ctx, baselineWindow)
+			if err != nil {
 				t.Logf("without the extension, %s after the restart: %v", f.Node, err)
 				return
 			}
-			t.Logf("without the extension, %s enforces the turned-around policy and reaches the new pod %s after kube-apiserver was healthy", f.Node, time.Since(healthy).Round(100*time.Millisecond))
+			t.Logf("without the extension, %s enforces the turned-around policy and reaches the new pod %s after kube-apiserver was healthy", f.Node, at.Sub(healthy).Round(100*time.Millisecond))
 		})
 	}
 	for _, n := range l.cluster.Nodes() {

@@ -66,11 +66,12 @@ func policyThroughRestart(t *testing.T, l *lane, restart func() error) {
 	var wg sync.WaitGroup
 	for _, f := range s.Flows {
 		wg.Go(func() {
-			if err := f.EnforcedAfterTurn(ctx, 3*time.Minute); err != nil {
+			at, err := f.EnforcedAfterTurn(ctx, 3*time.Minute)
+			if err != nil {
 				t.Errorf("after the restart: %v", err)
 				return
 			}
-			t.Logf("%s enforces the turned-around policy and reaches the new pod %s after kube-apiserver was healthy", f.Node, time.Since(healthy).Round(100*time.Millisecond))
+			t.Logf("%s enforces the turned-around policy and reaches the new pod %s after kube-apiserver was healthy", f.Node, at.Sub(healthy).Round(100*time.Millisecond))
 		})
 	}
 	wg.Wait()

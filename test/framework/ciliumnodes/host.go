@@ -131,6 +131,9 @@ func (before *HostState) Leftovers(prefix string, binaries ...string) ([]string,
 			continue
 		}
 		where := describeProcess(filepath.Dir(p))
+		if where.cgroup == "" {
+			continue // it ended meanwhile
+		}
 		// A suite that runs beside this one (make test's groups run side by side; test/framework/frr's starts routers)
 		// has them in its own cgroup, and its reaper sees to them.
 		if own != "" && strings.Contains(where.cgroup, "/"+reaper.BaseCgroup+"/") && where.cgroup != own && !strings.HasPrefix(where.cgroup, own+"/") {

@@ -53,8 +53,9 @@ func (n *Node) StartPod(ctx context.Context, env *testenv.Env, pod *corev1.Pod) 
 	}
 	p, err := n.addPod(pod)
 	if err != nil {
-		// Nothing of a pod that did not start stays behind: its object, its namespace.
-		_ = env.Client.Delete(ctx, pod)
+		// Nothing of a pod that did not start stays behind: its object (deleted as kubelet deletes it, so that its
+		// name is free again), its namespace.
+		_ = env.Client.Delete(ctx, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &pod.UID})
 		return nil, err
 	}
 	return p, nil
@@ -84,6 +85,8 @@ func (n *Node) addPod(pod *corev1.Pod) (*WorkloadPod, error) {
 		}
 	}
 	if err != nil {
+		// As containerd does after a failed ADD: DEL releases whatever the plugin got.
+		_, _ = n.cni(p, "DEL")
 		ns.Delete()
 		return nil, err
 	}
@@ -198,7 +201,7 @@ func (p *WorkloadPod) Dial(to *WorkloadPod, port int, timeout time.Duration) err
 	_ = conn.SetDeadline(time.Now().Add(timeout))
 	got, err := io.ReadAll(conn)
 	if err != nil {
-		return err
+		return &ReadError{err}
 	}
 	if string(got) != "hello" {
 		return errors.New("answered " + string(got))
@@ -206,8 +209,15 @@ func (p *WorkloadPod) Dial(to *WorkloadPod, port int, timeout time.Duration) err
 	return nil
 }
 
-// Dropped says whether err is a connection that timed out: dropped on its way, as a policy drops it, not refused.
+// ReadError is a connection that was established but whose answer did not come: not a drop.
+type ReadError struct{ error }
+
+func (e *ReadError) Unwrap() error { return e.error }
+
+// Dropped says whether err is a connection attempt that timed out: dropped on its way, as a policy drops it, not
+// refused, and not established.
 func Dropped(err error) bool {
 	var netErr net.Error
-	return errors.As(err, &netErr) && netErr.Timeout()
+	var readErr *ReadError
+	return errors.As(err, &netErr) && netErr.Timeout() && !errors.As(err, &readErr)
 }

@@ -75,7 +75,7 @@ func (c *Cluster) StartPolicyScenario(ctx context.Context, nodes []string, logf 
 		return s, err
 	}
 	for _, f := range s.Flows {
-		if err := f.WaitEnforced(ctx, f.A, f.B, 3*time.Minute); err != nil {
+		if _, err := f.WaitEnforced(ctx, f.A, f.B, 3*time.Minute); err != nil {
 			return s, fmt.Errorf("the policy: %w", err)
 		}
 	}
@@ -153,29 +153,42 @@ func (s *PolicyScenario) TurnAround(ctx context.Context, identity bool) error {
 }
 
 // EnforcedAfterTurn waits up to timeout until f's node enforces the turned-around policy and its server answers the
-// new pod.
-func (f *PolicyFlow) EnforcedAfterTurn(ctx context.Context, timeout time.Duration) error {
-	if err := f.WaitEnforced(ctx, f.B, f.A, timeout); err != nil {
-		return err
+// new pod, and returns when the first probe that found both began.
+func (f *PolicyFlow) EnforcedAfterTurn(ctx context.Context, timeout time.Duration) (time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	enforced, err := f.WaitEnforced(ctx, f.B, f.A, timeout)
+	if err != nil {
+		return time.Time{}, err
 	}
+	var reached time.Time
 	if err := testenv.WaitFor(ctx, timeout, func(context.Context) (bool, error) {
+		reached = time.Now()
 		return f.NewB.Dial(f.Server, PolicyPort, 2*time.Second) == nil, nil
 	}); err != nil {
-		return fmt.Errorf("the new pod %s does not reach %s: %w", f.NewB.Pod.Name, f.Server.Pod.Name, err)
+		return time.Time{}, fmt.Errorf("the new pod %s does not reach %s: %w", f.NewB.Pod.Name, f.Server.Pod.Name, err)
 	}
-	return nil
+	if reached.After(enforced) {
+		return reached, nil
+	}
+	return enforced, nil
 }
 
-// WaitEnforced waits up to timeout until allowed reaches f's server and denied's connection is dropped.
-func (f *PolicyFlow) WaitEnforced(ctx context.Context, allowed, denied *WorkloadPod, timeout time.Duration) error {
-	var allowedErr, deniedErr error
+// WaitEnforced waits up to timeout until allowed reaches f's server and denied's connection is dropped, and returns
+// when the probe that found it began.
+func (f *PolicyFlow) WaitEnforced(ctx context.Context, allowed, denied *WorkloadPod, timeout time.Duration) (time.Time, error) {
+	var (
+		allowedErr, deniedErr error
+		at                    time.Time
+	)
 	if err := testenv.WaitFor(ctx, timeout, func(context.Context) (bool, error) {
+		at = time.Now()
 		allowedErr, deniedErr = allowed.Dial(f.Server, PolicyPort, 2*time.Second), denied.Dial(f.Server, PolicyPort, 2*time.Second)
 		return allowedErr == nil && Dropped(deniedErr), nil
 	}); err != nil {
-		return fmt.Errorf("to %s: %s: %v, want connected; %s: %v, want dropped", f.Server.Pod.Name, allowed.Pod.Name, allowedErr, denied.Pod.Name, deniedErr)
+		return time.Time{}, fmt.Errorf("to %s: %s: %v, want connected; %s: %v, want dropped", f.Server.Pod.Name, allowed.Pod.Name, allowedErr, denied.Pod.Name, deniedErr)
 	}
-	return nil
+	return at, nil
 }
 
 // policyAllowing lets the pods of role reach the servers' port, and nothing else.
@@ -190,7 +203,8 @@ func policyAllowing(role string) networkingv1.NetworkPolicySpec {
 	}
 }
 
-// watchPolicy checks every flow again and again until ctx ends: A connects, B is dropped. It returns what broke that.
+// watchPolicy checks every flow again and again until ctx ends: A connects, B is dropped. It returns what broke that:
+// B connecting at all, A failing twice in a row (once may be the machine's load).
 func watchPolicy(ctx context.Context, flows []*PolicyFlow) func() []string {
 	var (
 		mu         sync.Mutex
@@ -200,6 +214,7 @@ func watchPolicy(ctx context.Context, flows []*PolicyFlow) func() []string {
 	started := time.Now()
 	for _, f := range flows {
 		done.Go(func() {
+			var aFailed error
 			for ctx.Err() == nil {
 				aErr, bErr := f.A.Dial(f.Server, PolicyPort, 3*time.Second), f.B.Dial(f.Server, PolicyPort, 3*time.Second)
 				if ctx.Err() != nil {
@@ -207,9 +222,10 @@ func watchPolicy(ctx context.Context, flows []*PolicyFlow) func() []string {
 				}
 				at := time.Since(started).Round(100 * time.Millisecond)
 				mu.Lock()
-				if aErr != nil {
-					violations = append(violations, fmt.Sprintf("%s to %s failed after %s: %v", f.A.Pod.Name, f.Server.Pod.Name, at, aErr))
+				if aErr != nil && aFailed != nil {
+					violations = append(violations, fmt.Sprintf("%s to %s failed twice in a row, after %s: %v, %v", f.A.Pod.Name, f.Server.Pod.Name, at, aFailed, aErr))
 				}
+				aFailed = aErr
 				if !Dropped(bErr) {
 					violations = append(violations, fmt.Sprintf("%s to %s was not dropped after %s: %v", f.B.Pod.Name, f.Server.Pod.Name, at, bErr))
 				}
@@ -233,7 +249,8 @@ func (c *Cluster) WaitForIdentity(ctx context.Context, p *WorkloadPod, timeout t
 		if err := c.env.Client.Get(ctx, client.ObjectKeyFromObject(p.Pod), endpoint); err != nil {
 			return false, client.IgnoreNotFound(err)
 		}
-		if endpoint.Status.Identity == nil {
+		// The pod's own endpoint, not one of an earlier pod of the same name that an agent did not get to delete.
+		if endpoint.Status.Identity == nil || !slices.ContainsFunc(endpoint.OwnerReferences, func(o metav1.OwnerReference) bool { return o.UID == p.Pod.UID }) {
 			return false, nil
 		}
 		for k, v := range p.Pod.Labels {

@@ -6,6 +6,7 @@ package testenv
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -310,7 +311,7 @@ func (e *Env) RestartAPIServer(downtime time.Duration) error {
 }
 
 // Advertise restarts kube-apiserver (gracefully, so that it takes its old address out of the `kubernetes` Service)
-// advertising ip, and waits until the `kubernetes` EndpointSlice names only ip, at kube-apiserver's secure port.
+// advertising ip, and waits until the `kubernetes` EndpointSlice names only ip.
 func (e *Env) Advertise(ctx context.Context, ip string) error {
 	e.Environment.ControlPlane.GetAPIServer().Configure().Set("advertise-address", ip)
 	if err := e.RestartAPIServer(0); err != nil {
@@ -319,8 +320,9 @@ func (e *Env) Advertise(ctx context.Context, ip string) error {
 	return e.WaitForAdvertised(ctx, ip)
 }
 
-// WaitForAdvertised waits up to a minute until the `kubernetes` EndpointSlice names only ip: kube-apiserver adds its
-// address once it is ready (pkg/controlplane/controller/kubernetesservice).
+// WaitForAdvertised waits up to a minute until the `kubernetes` EndpointSlice names only ip (at kube-apiserver's
+// secure port, the one it serves): kube-apiserver adds its address once it is ready
+// (pkg/controlplane/controller/kubernetesservice).
 func (e *Env) WaitForAdvertised(ctx context.Context, ip string) error {
 	var slice discoveryv1.EndpointSlice
 	return WaitFor(ctx, time.Minute, func(ctx context.Context) (bool, error) {
@@ -344,8 +346,8 @@ func (e *Env) KillAPIServer(downtime time.Duration) error {
 		return fmt.Errorf("killing kube-apiserver (%d): %w", pid, err)
 	}
 	killed := time.Now()
-	// envtest's bookkeeping: its Stop finds the process gone and sends nothing.
-	if err := apiServer.Stop(); err != nil {
+	// envtest's bookkeeping: its Stop finds the process gone, or signals a process already reaped (ESRCH).
+	if err := apiServer.Stop(); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("after killing kube-apiserver: %w", err)
 	}
 	// The outage itself, not a wait for a condition.
