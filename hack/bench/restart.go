@@ -71,7 +71,7 @@ func restartWithExtension(ctx context.Context, env *testenv.Env, cluster *cilium
 	if err != nil {
 		return nil, 0, err
 	}
-	healthy, violations, err := s.Through(func() error { return kind.restart(env) })
+	healthy, violations, err := s.Through(func() error { return restartAPIServer(env, cluster, kind) })
 	if err != nil {
 		return nil, 0, err
 	}
@@ -109,6 +109,9 @@ func baselineRestarts(ctx context.Context, r *report, env *testenv.Env, cluster 
 	if err := env.Advertise(ctx, controlPlane.IP); err != nil {
 		return err
 	}
+	if err := cluster.RestartKubernetes(); err != nil {
+		return err
+	}
 	defer func() { _ = env.Advertise(context.Background(), testenv.AdvertiseAddress) }()
 	for _, kind := range restartKinds {
 		if _, err := cluster.Run(ctx, ciliumnodes.Agents{Baseline: true, Afresh: true}); err != nil {
@@ -124,7 +127,7 @@ func baselineRestarts(ctx context.Context, r *report, env *testenv.Env, cluster 
 			s.Stop()
 			return err
 		}
-		healthy, violations, err := s.Through(func() error { return kind.restart(env) })
+		healthy, violations, err := s.Through(func() error { return restartAPIServer(env, cluster, kind) })
 		if err == nil {
 			err = env.WaitForAdvertised(ctx, controlPlane.IP)
 		}
@@ -164,4 +167,13 @@ func baselineRestarts(ctx context.Context, r *report, env *testenv.Env, cluster 
 		r.add(Result{Section: restartSection, Name: fmt.Sprintf("nodes enforcing the policy turned around and reaching a new pod within %s, %s, without the extension", baselineWindow, kind.name), Value: float64(enforced), Unit: fmt.Sprintf("of %d", len(s.Flows))})
 	}
 	return nil
+}
+
+// restartAPIServer restarts kube-apiserver the kind's way, then kube-controller-manager and kube-scheduler as kubelet
+// would (ciliumnodes.Cluster.RestartKubernetes).
+func restartAPIServer(env *testenv.Env, cluster *ciliumnodes.Cluster, kind restartKind) error {
+	if err := kind.restart(env); err != nil {
+		return err
+	}
+	return cluster.RestartKubernetes()
 }

@@ -81,7 +81,11 @@ func assertConnections(t *testing.T, c *ciliumnodes.Cluster, n *ciliumnodes.Node
 		allowed = nil
 		for _, a := range pod.Spec.HostAliases {
 			allowed = append(allowed, a.IP+":443")
-			if !c.Disturbed(c.NodeByIP(a.IP).Name) {
+			node := c.NodeByIP(a.IP)
+			if node == nil {
+				t.Fatalf("the agent pod of %s is pinned to %s, no node's address: %v", n.Name, a.IP, pod.Spec.HostAliases)
+			}
+			if !c.Disturbed(node.Name) {
 				break
 			}
 		}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
+
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumnodes"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
 )
@@ -21,7 +23,8 @@ var restartNodes = []string{ciliumnodes.BaselineControlPlane, "worker-0"}
 // and what it denies is dropped, on every node; right after kube-apiserver is back, the policy is turned around and a
 // new pod starts on each node, and every node enforces the new policy and reaches the new pods (the time from
 // kube-apiserver healthy to enforced is logged per node); every agent is back on its own connection (localhost on the
-// control-plane nodes, a control-plane node's address elsewhere) and no node dialled the ClusterIP or the VIP. On the
+// control-plane nodes, a control-plane node's address elsewhere) and no node dialled the ClusterIP or the VIP; the
+// exposure is Succeeded and a client outside reaches kube-apiserver through the VIP, before and after. On the
 // newest line's lane, so that the lanes take about as long: Gardener's runs the baseline without the extension
 // (TestBaselineWithoutExtension), and `make bench` section 12 restarts under Gardener's chart.
 func TestPolicyThroughAPIServerRestart(t *testing.T) {
@@ -40,9 +43,26 @@ func TestPolicyThroughAPIServerRestart(t *testing.T) {
 		{"killed, a minute down", func(e *testenv.Env) error { return e.KillAPIServer(time.Minute) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			policyThroughRestart(t, l, func() error { return tc.restart(l.env) })
+			exp := expose(t, l)
+			if _, err := l.cluster.L2().WaitUntilServing(ctx, exp); err != nil {
+				t.Fatalf("the VIP before the restart: %v", err)
+			}
+			policyThroughRestart(t, l, func() error { return restartAPIServer(l, tc.restart) })
 			for _, n := range l.cluster.Nodes() {
 				assertConnections(t, l.cluster, n, agentPods[n.Name])
+			}
+			// The VIP path: the exposure Succeeded, and a client outside reaches kube-apiserver through the VIP, which
+			// only the announcing node answers.
+			if err := l.env.Exposures().WaitForLastOperation(ctx, exp, time.Minute, func(op *gardencorev1beta1.LastOperation) bool {
+				return op.State == gardencorev1beta1.LastOperationStateSucceeded
+			}); err != nil {
+				t.Errorf("the exposure after the restart: %v", err)
+			}
+			if _, err := l.cluster.L2().WaitUntilServing(ctx, exp); err != nil {
+				t.Errorf("the VIP after the restart: %v", err)
+			}
+			if err := l.cluster.WaitForExtensionLeader(ctx); err != nil {
+				t.Errorf("the extension's controllers after the restart: %v", err)
 			}
 		})
 	}
@@ -86,4 +106,13 @@ func startPolicyScenario(t *testing.T, l *lane) *ciliumnodes.PolicyScenario {
 		t.Fatalf("before the restart: %v", err)
 	}
 	return s
+}
+
+// restartAPIServer restarts the lane's kube-apiserver with restart, and then its kube-controller-manager and
+// kube-scheduler as kubelet would (RestartKubernetes).
+func restartAPIServer(l *lane, restart func(*testenv.Env) error) error {
+	if err := restart(l.env); err != nil {
+		return err
+	}
+	return l.cluster.RestartKubernetes()
 }

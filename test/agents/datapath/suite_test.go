@@ -83,8 +83,8 @@ func (l *lane) hold(t *testing.T) {
 }
 
 // settle brings the lane where every case starts: its line's agents running with the exposure's settings, the
-// extension's pods with their chart's arguments, the exposure made; and takes its snapshot. A case's Run then
-// restarts only what it needs otherwise, and a node a case let die comes back here at the latest.
+// extension's pods with their chart's arguments and one of them leading, the exposure made; and takes its snapshot. A
+// case's Run then restarts only what it needs otherwise, and a node a case let die comes back here at the latest.
 func (l *lane) settle() (ciliumnodes.Snapshot, error) {
 	ctx := context.Background()
 	if err := l.run(ctx, ciliumnodes.Agents{}); err != nil {
@@ -94,6 +94,10 @@ func (l *lane) settle() (ciliumnodes.Snapshot, error) {
 		return nil, err
 	}
 	if _, err := l.cluster.L2().Expose(ctx); err != nil {
+		return nil, err
+	}
+	// The extension's controllers run, also after a case restarted kube-apiserver.
+	if err := l.cluster.WaitForExtensionLeader(ctx); err != nil {
 		return nil, err
 	}
 	return l.cluster.Snapshot(ctx)

@@ -137,6 +137,36 @@ func (c *Cluster) startExtensions(ctx context.Context, args []string) error {
 	return nil
 }
 
+// RestartKubernetes restarts kube-controller-manager and kube-scheduler, as kubelet restarts their static pods after a
+// kube-apiserver outage: in a shoot both run with leader election and exit once they cannot renew their leases; here
+// they run without it and would otherwise wait out their informers' relist back-off (client-go's reflector, up to
+// 30 s) before the DaemonSet controller acts again. Call it once kube-apiserver is back.
+func (c *Cluster) RestartKubernetes() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.kubernetes.Stop()
+	var err error
+	c.kubernetes, err = c.env.RunKubernetes([]string{"daemonset-controller"})
+	return err
+}
+
+// WaitForExtensionLeader waits up to three minutes until an extension pod leads, renewing its lease after this call:
+// its leader term runs the controllers. After kube-apiserver was away, a term may still be pausing after failures in
+// a row (pkg/leadership), and a case that needs the controllers would wait for it on its own clock.
+func (c *Cluster) WaitForExtensionLeader(ctx context.Context) error {
+	since := time.Now()
+	lease := &coordinationv1.Lease{}
+	if err := testenv.WaitFor(ctx, 3*time.Minute, func(ctx context.Context) (bool, error) {
+		if err := c.env.Client.Get(ctx, client.ObjectKey{Namespace: testenv.ExtensionNamespace, Name: extensionLeaderLease}, lease); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		return ptr.Deref(lease.Spec.HolderIdentity, "") != "" && lease.Spec.RenewTime != nil && lease.Spec.RenewTime.After(since), nil
+	}); err != nil {
+		return fmt.Errorf("no extension pod leads: %w (lease %+v)", err, lease.Spec)
+	}
+	return nil
+}
+
 // extensionLeaderLease is the extension's leader election lease (Gardener's LeaderElectionNameID of its name).
 const extensionLeaderLease = "cilium-selfhosted-leader-election"
 
