@@ -75,7 +75,7 @@ func restartWithExtension(ctx context.Context, env *testenv.Env, cluster *cilium
 	if err != nil {
 		return nil, 0, err
 	}
-	if err := s.TurnAround(ctx, true); err != nil {
+	if err := s.TurnAround(ctx); err != nil {
 		return nil, 0, err
 	}
 	took := make([]time.Duration, len(s.Flows))
@@ -132,7 +132,7 @@ func baselineRestarts(ctx context.Context, r *report, env *testenv.Env, cluster 
 			err = env.WaitForAdvertised(ctx, controlPlane.IP)
 		}
 		if err == nil {
-			err = s.TurnAround(ctx, false)
+			err = s.TurnAround(ctx)
 		}
 		if err != nil {
 			s.Stop()

@@ -67,7 +67,7 @@ func TestBaselineWithoutExtension(t *testing.T) {
 	if err := l.env.WaitForAdvertised(ctx, controlPlane.IP); err != nil {
 		t.Fatalf("kube-apiserver did not advertise %s again: %v", controlPlane.IP, err)
 	}
-	if err := s.TurnAround(ctx, false); err != nil {
+	if err := s.TurnAround(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// What it shows, asserted (docs/development/workload-pods.md, "Measured"): for baselineWindow, no agent

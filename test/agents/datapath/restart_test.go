@@ -80,7 +80,7 @@ func policyThroughRestart(t *testing.T, l *lane, restart func() error) {
 	for _, v := range violations {
 		t.Errorf("during the restart: %s", v)
 	}
-	if err := s.TurnAround(ctx, true); err != nil {
+	if err := s.TurnAround(ctx); err != nil {
 		t.Fatalf("after the restart: %v", err)
 	}
 	var wg sync.WaitGroup
