@@ -140,10 +140,13 @@ func (c *Cluster) startExtensions(ctx context.Context, args []string) error {
 // RestartKubernetes restarts kube-controller-manager and kube-scheduler, as kubelet restarts their static pods after a
 // kube-apiserver outage: in a shoot both run with leader election and exit once they cannot renew their leases; here
 // they run without it and would otherwise wait out their informers' relist back-off (client-go's reflector, up to
-// 30 s) before the DaemonSet controller acts again. Call it once kube-apiserver is back.
+// 30 s) before the DaemonSet controller acts again. It also forgets cilium-operator's crash-loop back-off, grown
+// while the operator exited on its lost lease and failed to start during the outage, so that the next case finds the
+// operator restarted at once, as on a fresh lane. Call it once kube-apiserver is back.
 func (c *Cluster) RestartKubernetes() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.operatorCrashLoop = newCrashLoopBackOff()
 	c.kubernetes.Stop()
 	var err error
 	c.kubernetes, err = c.env.RunKubernetes([]string{"daemonset-controller"})
