@@ -42,7 +42,7 @@ func main() {
 	reconnects := flag.Int("reconnects", 3, "how often section 8 ends a worker agent's connection to kube-apiserver per way and client setting")
 	repins := flag.Int("repins", 5, "how often section 9 moves every control-plane node to a new address")
 	rollouts := flag.Int("rollouts", 3, "how often section 6 rolls the agent DaemonSet")
-	restarts := flag.Int("restarts", 5, "how often section 12 restarts kube-apiserver with the extension per way of restarting")
+	restarts := flag.Int("restarts", 5, "how often section 12 restarts kube-apiserver per way of restarting, with the extension and without")
 	withdrawals := flag.Int("withdrawals", 10, "how often section 10 fails a control-plane node per way of failing and timer profile (0: only its outages and graceful-restart cases)")
 	flag.StringVar(&profileDir, "profile", "", "write CPU profiles of kube-apiserver during sections 3 and 4 here")
 	floorsDir := flag.String("serve-floors", "", "internal: serve section 3's floor webhooks, writing their URL and CA into this directory")

@@ -2,7 +2,6 @@ package datapath
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,77 +28,44 @@ func TestBaselineWithoutExtension(t *testing.T) {
 	l := gardenerLane
 	l.hold(t)
 	ctx := context.Background()
-	controlPlane := l.cluster.Node(ciliumnodes.BaselineControlPlane)
-	advertised, err := controlPlane.ServeAdvertised()
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, err := l.cluster.StartBaseline(ctx)
 	t.Cleanup(func() {
-		if err := restartAPIServer(l, func(e *testenv.Env) error { return e.Advertise(context.Background(), testenv.AdvertiseAddress) }); err != nil {
+		if err := b.Stop(context.Background()); err != nil {
 			t.Errorf("advertising %s again: %v", testenv.AdvertiseAddress, err)
 		}
 	})
-	if err := restartAPIServer(l, func(e *testenv.Env) error { return e.Advertise(ctx, controlPlane.IP) }); err != nil {
+	if err != nil {
 		t.Fatal(err)
-	}
-	if _, err := l.cluster.Run(ctx, ciliumnodes.Agents{Chart: l.line, Baseline: true}); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range l.cluster.Nodes() {
-		if err := testenv.WaitFor(ctx, 2*time.Minute, func(context.Context) (bool, error) {
-			return n.ThroughClusterIP(ctx, advertised), nil
-		}); err != nil {
-			peers, _ := n.AgentPeers()
-			backends, _ := n.Backends(ctx, podrun.ClusterIP, 443)
-			t.Fatalf("positive control: the baseline agent on %s is connected to %v, its load balancer sends the ClusterIP to %v; want %s", n.Name, peers, backends, advertised)
-		}
 	}
 	s := startPolicyScenario(t, l)
-
-	healthy, violations, err := s.Through(func() error {
-		return restartAPIServer(l, func(e *testenv.Env) error { return e.RestartAPIServer(10 * time.Second) })
-	})
+	rec, violations, err := b.Restart(ctx, s, ciliumnodes.APIServerRestarts[0], baselineWindow)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("without the extension, during kube-apiserver's graceful restart: %d violations of the policy %v", len(violations), violations)
-	// kube-apiserver is back in its own Service: what the agents miss is theirs to see.
-	if err := l.env.WaitForAdvertised(ctx, controlPlane.IP); err != nil {
-		t.Fatalf("kube-apiserver did not advertise %s again: %v", controlPlane.IP, err)
-	}
-	if err := s.TurnAround(ctx); err != nil {
-		t.Fatal(err)
-	}
 	// What it shows, asserted (docs/development/workload-pods.md, "Measured"): for baselineWindow, no agent
 	// reconnects, the turned-around policy is not enforced (the old one still is) and the new pods get no identity.
-	var wg sync.WaitGroup
+	for pod, after := range rec.Identified {
+		t.Errorf("without the extension, the new pod %s got its identity %s after kube-apiserver was healthy: the baseline no longer shows the deadlock", pod, after.Round(100*time.Millisecond))
+	}
+	for node, after := range rec.Enforcing {
+		t.Errorf("without the extension, %s enforces the turned-around policy %s after kube-apiserver was healthy: the baseline no longer shows the deadlock", node, after.Round(100*time.Millisecond))
+	}
+	for node, after := range rec.Reconnected {
+		t.Errorf("without the extension, the agent on %s reconnected %s after kube-apiserver was healthy: the baseline no longer shows the deadlock", node, after.Round(100*time.Millisecond))
+	}
 	for _, f := range s.Flows {
-		wg.Go(func() {
-			if err := l.cluster.WaitForIdentity(ctx, f.NewB, baselineWindow); err == nil {
-				t.Errorf("without the extension, the new pod %s got its identity after the restart: the baseline no longer shows the deadlock", f.NewB.Pod.Name)
-			}
-		})
-		wg.Go(func() {
-			if at, err := f.EnforcedAfterTurn(ctx, baselineWindow); err == nil {
-				t.Errorf("without the extension, %s enforces the turned-around policy %s after kube-apiserver was healthy: the baseline no longer shows the deadlock", f.Node, at.Sub(healthy).Round(100*time.Millisecond))
-				return
-			}
-			if _, err := f.WaitEnforced(ctx, f.A, f.B, 10*time.Second); err != nil {
-				t.Errorf("without the extension, %s after the restart enforces neither policy: %v", f.Node, err)
-			}
-		})
+		if _, ok := rec.Enforcing[f.Node]; ok {
+			continue
+		}
+		if _, err := f.WaitEnforced(ctx, f.A, f.B, 10*time.Second); err != nil {
+			t.Errorf("without the extension, %s after the restart enforces neither policy: %v", f.Node, err)
+		}
 	}
 	for _, n := range l.cluster.Nodes() {
-		wg.Go(func() {
-			if err := testenv.WaitFor(ctx, baselineWindow, func(context.Context) (bool, error) {
-				return n.ThroughClusterIP(ctx, advertised), nil
-			}); err == nil {
-				t.Errorf("without the extension, the agent on %s reconnected %s after kube-apiserver was healthy: the baseline no longer shows the deadlock", n.Name, time.Since(healthy).Round(100*time.Millisecond))
-				return
-			}
+		if _, ok := rec.Reconnected[n.Name]; !ok {
 			backends, _ := n.Backends(ctx, podrun.ClusterIP, 443)
 			t.Logf("without the extension, the agent on %s has not reconnected within %s; its load balancer sends the ClusterIP to %v", n.Name, baselineWindow, backends)
-		})
+		}
 	}
-	wg.Wait()
 }

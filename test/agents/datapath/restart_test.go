@@ -9,7 +9,6 @@ import (
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumnodes"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
 )
 
 // restartNodes are the nodes whose pods the restart cases watch: the control-plane node, whose kube-apiserver
@@ -35,19 +34,13 @@ func TestPolicyThroughAPIServerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct {
-		name    string
-		restart func(*testenv.Env) error
-	}{
-		{"graceful", func(e *testenv.Env) error { return e.RestartAPIServer(10 * time.Second) }},
-		{"killed, a minute down", func(e *testenv.Env) error { return e.KillAPIServer(time.Minute) }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, r := range ciliumnodes.APIServerRestarts {
+		t.Run(r.Name, func(t *testing.T) {
 			exp := expose(t, l)
 			if _, err := l.cluster.L2().WaitUntilServing(ctx, exp); err != nil {
 				t.Fatalf("the VIP before the restart: %v", err)
 			}
-			policyThroughRestart(t, l, func() error { return restartAPIServer(l, tc.restart) })
+			policyThroughRestart(t, l, r)
 			for _, n := range l.cluster.Nodes() {
 				assertConnections(t, l.cluster, n, agentPods[n.Name])
 			}
@@ -70,10 +63,10 @@ func TestPolicyThroughAPIServerRestart(t *testing.T) {
 
 // policyThroughRestart restarts kube-apiserver under the policy scenario: the policy holds throughout, and is turned
 // around right after, with a new pod on each node, which every node enforces and reaches.
-func policyThroughRestart(t *testing.T, l *lane, restart func() error) {
+func policyThroughRestart(t *testing.T, l *lane, r ciliumnodes.APIServerRestart) {
 	ctx := context.Background()
 	s := startPolicyScenario(t, l)
-	healthy, violations, err := s.Through(restart)
+	healthy, violations, err := s.Through(func() error { return l.cluster.RestartAPIServer(r) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,13 +99,4 @@ func startPolicyScenario(t *testing.T, l *lane) *ciliumnodes.PolicyScenario {
 		t.Fatalf("before the restart: %v", err)
 	}
 	return s
-}
-
-// restartAPIServer restarts the lane's kube-apiserver with restart, and then its kube-controller-manager and
-// kube-scheduler as kubelet would (RestartKubernetes).
-func restartAPIServer(l *lane, restart func(*testenv.Env) error) error {
-	if err := restart(l.env); err != nil {
-		return err
-	}
-	return l.cluster.RestartKubernetes()
 }

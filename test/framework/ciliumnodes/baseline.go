@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumchart"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/podrun"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
 )
 
 // The baseline: Cilium as networking-cilium's chart renders it, without the extension (issue 44,
@@ -25,6 +28,120 @@ import (
 // BaselineControlPlane is the control-plane node whose address kube-apiserver advertises in the baseline: Gardener
 // allows one per self-hosted shoot.
 const BaselineControlPlane = "cp-0"
+
+// Baseline is the cluster running the baseline: kube-apiserver advertising BaselineControlPlane's address, which that
+// node serves, and every agent as networking-cilium's chart renders it, connected through the ClusterIP.
+type Baseline struct {
+	// Advertised is the address in the `kubernetes` EndpointSlice: the control-plane node's, at kube-apiserver's port.
+	Advertised string
+	c          *Cluster
+	ip         string
+}
+
+// StartBaseline starts the baseline and returns once every agent is connected through the ClusterIP, the positive
+// control: a baseline that never worked shows nothing. Every agent starts afresh, also one that ran the baseline
+// before. Stop ends it, also when StartBaseline failed.
+func (c *Cluster) StartBaseline(ctx context.Context) (*Baseline, error) {
+	controlPlane := c.Node(BaselineControlPlane)
+	b := &Baseline{c: c, ip: controlPlane.IP}
+	var err error
+	if b.Advertised, err = controlPlane.ServeAdvertised(); err != nil {
+		return b, err
+	}
+	if err := c.advertise(ctx, controlPlane.IP); err != nil {
+		return b, err
+	}
+	if _, err := c.Run(ctx, Agents{Chart: GardenerChart, Baseline: true, Afresh: true}); err != nil {
+		return b, err
+	}
+	for _, n := range c.Nodes() {
+		if err := testenv.WaitFor(ctx, 2*time.Minute, func(context.Context) (bool, error) { return n.ThroughClusterIP(ctx, b.Advertised), nil }); err != nil {
+			peers, _ := n.AgentPeers()
+			backends, _ := n.Backends(ctx, podrun.ClusterIP, 443)
+			return b, fmt.Errorf("positive control: the baseline agent on %s is connected to %v, its load balancer sends the ClusterIP to %v; want %s", n.Name, peers, backends, b.Advertised)
+		}
+	}
+	return b, nil
+}
+
+// Stop makes kube-apiserver advertise testenv.AdvertiseAddress again, which nothing serves; the next Run starts the
+// agents as the webhook admits them.
+func (b *Baseline) Stop(ctx context.Context) error {
+	return b.c.advertise(ctx, testenv.AdvertiseAddress)
+}
+
+// advertise makes kube-apiserver advertise ip (testenv.Env.Advertise) and restarts kube-controller-manager and
+// kube-scheduler after it (RestartKubernetes).
+func (c *Cluster) advertise(ctx context.Context, ip string) error {
+	if err := c.env.Advertise(ctx, ip); err != nil {
+		return err
+	}
+	return c.RestartKubernetes()
+}
+
+// Recovery is what recovered after a restart without the extension, each with the time from kube-apiserver healthy.
+type Recovery struct {
+	// Reconnected are the nodes whose agents are connected through the ClusterIP again.
+	Reconnected map[string]time.Duration
+	// Enforcing are the nodes that enforce the policy turned around after the restart and reach the new pod.
+	Enforcing map[string]time.Duration
+	// Identified are the pods started after the restart whose endpoints got the identity of their labels.
+	Identified map[string]time.Duration
+}
+
+// Restart restarts kube-apiserver the way r says under s, turns s's policy around once kube-apiserver advertises the
+// control-plane node again, and watches for window what recovers: each agent's connection through the ClusterIP, each
+// node's enforcement of the turned-around policy, each new pod's identity. It returns that and what broke the policy
+// during the outage (PolicyScenario.Through).
+func (b *Baseline) Restart(ctx context.Context, s *PolicyScenario, r APIServerRestart, window time.Duration) (Recovery, []string, error) {
+	healthy, violations, err := s.Through(func() error { return b.c.RestartAPIServer(r) })
+	if err != nil {
+		return Recovery{}, violations, err
+	}
+	// kube-apiserver is back in its own Service: what the agents miss is theirs to see.
+	if err := b.c.env.WaitForAdvertised(ctx, b.ip); err != nil {
+		return Recovery{}, violations, fmt.Errorf("kube-apiserver did not advertise %s again: %w", b.ip, err)
+	}
+	if err := s.TurnAround(ctx); err != nil {
+		return Recovery{}, violations, err
+	}
+	return b.waitForRecovery(ctx, s, healthy, window), violations, nil
+}
+
+// waitForRecovery watches for window what recovers after a restart.
+func (b *Baseline) waitForRecovery(ctx context.Context, s *PolicyScenario, healthy time.Time, window time.Duration) Recovery {
+	rec := Recovery{Reconnected: map[string]time.Duration{}, Enforcing: map[string]time.Duration{}, Identified: map[string]time.Duration{}}
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	record := func(m map[string]time.Duration, key string, at time.Time) {
+		mu.Lock()
+		defer mu.Unlock()
+		m[key] = at.Sub(healthy)
+	}
+	for _, n := range b.c.Nodes() {
+		wg.Go(func() {
+			if testenv.WaitFor(ctx, window, func(context.Context) (bool, error) { return n.ThroughClusterIP(ctx, b.Advertised), nil }) == nil {
+				record(rec.Reconnected, n.Name, time.Now())
+			}
+		})
+	}
+	for _, f := range s.Flows {
+		wg.Go(func() {
+			if b.c.WaitForIdentity(ctx, f.NewB, window) == nil {
+				record(rec.Identified, f.NewB.Pod.Name, time.Now())
+			}
+		})
+		wg.Go(func() {
+			if at, err := f.EnforcedAfterTurn(ctx, window); err == nil {
+				record(rec.Enforcing, f.Node, at)
+			}
+		})
+	}
+	wg.Wait()
+	return rec
+}
 
 // startBaseline starts the node's agent from the chart's pod as rendered, with the identity of the stored pod (its
 // name, UID and node, to which the harness binds its token). On a node without Cilium's programs nothing translates

@@ -127,30 +127,9 @@ func (c *Cluster) startExtensions(ctx context.Context, args []string) error {
 		return err
 	}
 	// A pod stopped gracefully releases the leader lease (ReleaseOnCancel); one that did not leaves it to expire.
-	lease := &coordinationv1.Lease{}
-	if err := testenv.WaitFor(ctx, time.Minute, func(ctx context.Context) (bool, error) {
-		err := c.env.Client.Get(ctx, client.ObjectKey{Namespace: testenv.ExtensionNamespace, Name: extensionLeaderLease}, lease)
-		return err == nil && ptr.Deref(lease.Spec.HolderIdentity, "") != "" && lease.Spec.AcquireTime != nil && lease.Spec.AcquireTime.After(started.Add(-time.Second)), err
-	}); err != nil {
-		return fmt.Errorf("no extension pod took the leader lease: %w", err)
-	}
-	return nil
-}
-
-// RestartKubernetes restarts kube-controller-manager and kube-scheduler, as kubelet restarts their static pods after a
-// kube-apiserver outage: in a shoot both run with leader election and exit once they cannot renew their leases; here
-// they run without it and would otherwise wait out their informers' relist back-off (client-go's reflector, up to
-// 30 s) before the DaemonSet controller acts again. It also forgets cilium-operator's crash-loop back-off, grown
-// while the operator exited on its lost lease and failed to start during the outage, so that the next case finds the
-// operator restarted at once, as on a fresh lane. Call it once kube-apiserver is back.
-func (c *Cluster) RestartKubernetes() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.operatorCrashLoop = newCrashLoopBackOff()
-	c.kubernetes.Stop()
-	var err error
-	c.kubernetes, err = c.env.RunKubernetes([]string{"daemonset-controller"})
-	return err
+	return c.waitForExtensionLeader(ctx, time.Minute, func(lease coordinationv1.LeaseSpec) bool {
+		return lease.AcquireTime != nil && lease.AcquireTime.After(started.Add(-time.Second))
+	})
 }
 
 // WaitForExtensionLeader waits up to three minutes until an extension pod leads, renewing its lease after this call:
@@ -158,12 +137,20 @@ func (c *Cluster) RestartKubernetes() error {
 // a row (pkg/leadership), and a case that needs the controllers would wait for it on its own clock.
 func (c *Cluster) WaitForExtensionLeader(ctx context.Context) error {
 	since := time.Now()
+	return c.waitForExtensionLeader(ctx, 3*time.Minute, func(lease coordinationv1.LeaseSpec) bool {
+		return lease.RenewTime != nil && lease.RenewTime.After(since)
+	})
+}
+
+// waitForExtensionLeader waits up to timeout until an extension pod holds the leader lease and fresh says that its
+// lease is of the term waited for.
+func (c *Cluster) waitForExtensionLeader(ctx context.Context, timeout time.Duration, fresh func(coordinationv1.LeaseSpec) bool) error {
 	lease := &coordinationv1.Lease{}
-	if err := testenv.WaitFor(ctx, 3*time.Minute, func(ctx context.Context) (bool, error) {
+	if err := testenv.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
 		if err := c.env.Client.Get(ctx, client.ObjectKey{Namespace: testenv.ExtensionNamespace, Name: extensionLeaderLease}, lease); err != nil {
 			return false, client.IgnoreNotFound(err)
 		}
-		return ptr.Deref(lease.Spec.HolderIdentity, "") != "" && lease.Spec.RenewTime != nil && lease.Spec.RenewTime.After(since), nil
+		return ptr.Deref(lease.Spec.HolderIdentity, "") != "" && fresh(lease.Spec), nil
 	}); err != nil {
 		return fmt.Errorf("no extension pod leads: %w (lease %+v)", err, lease.Spec)
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumbin"
@@ -59,6 +60,20 @@ func (n *Node) StartPod(ctx context.Context, env *testenv.Env, pod *corev1.Pod) 
 		return nil, err
 	}
 	return p, nil
+}
+
+// StartWorkloadPod starts a pod named name with labels on node (StartPod) that runs nothing but its sandbox and, with
+// identity, waits up to 30 s until its endpoint carries the identity of its labels (WaitForIdentity).
+func (c *Cluster) StartWorkloadPod(ctx context.Context, node, name string, labels map[string]string, identity bool) (*WorkloadPod, error) {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: name, Labels: labels},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}},
+	}
+	p, err := c.Node(node).StartPod(ctx, c.env, pod)
+	if err != nil || !identity {
+		return p, err
+	}
+	return p, c.WaitForIdentity(ctx, p, 30*time.Second)
 }
 
 // addPod creates the stored pod's network namespace and calls the CNI plugin's ADD for it.

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
-	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -70,7 +69,7 @@ func (c *Cluster) StartPolicyScenario(ctx context.Context, nodes []string, logf 
 	}
 	s.policy = &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: "restart-server"},
-		Spec:       policyAllowing("restart-a"),
+		Spec:       PolicyAllowing(map[string]string{"app": "restart-server"}, map[string]string{"role": "restart-a"}),
 	}
 	if err := c.env.Client.Create(ctx, s.policy); err != nil {
 		return s, err
@@ -99,25 +98,16 @@ func (s *PolicyScenario) Stop() {
 	}
 }
 
-// startPod starts a pod named name with labels on node and, with identity, waits until its endpoint carries the
-// identity of its labels.
+// startPod starts a pod named name with labels on node (Cluster.StartWorkloadPod), stopped by Stop.
 func (s *PolicyScenario) startPod(ctx context.Context, node, name string, labels map[string]string, identity bool) (*WorkloadPod, error) {
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: name, Labels: labels},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}},
+	p, err := s.c.StartWorkloadPod(ctx, node, name, labels, identity)
+	if p != nil {
+		s.pods = append(s.pods, p)
+		if s.Logf != nil {
+			s.Logf("pod %s on %s at %s", name, node, p.IP)
+		}
 	}
-	p, err := s.c.Node(node).StartPod(ctx, s.c.env, pod)
-	if err != nil {
-		return nil, err
-	}
-	s.pods = append(s.pods, p)
-	if s.Logf != nil {
-		s.Logf("pod %s on %s at %s", name, node, p.IP)
-	}
-	if identity {
-		return p, s.c.WaitForIdentity(ctx, p, 30*time.Second)
-	}
-	return p, nil
+	return p, err
 }
 
 // Through runs restart while checking every flow again and again (A connects, B is dropped), and returns when
@@ -138,7 +128,7 @@ func (s *PolicyScenario) TurnAround(ctx context.Context) error {
 		if err := s.c.env.Client.Get(ctx, client.ObjectKeyFromObject(s.policy), s.policy); err != nil {
 			return err
 		}
-		s.policy.Spec = policyAllowing("restart-b")
+		s.policy.Spec = PolicyAllowing(map[string]string{"app": "restart-server"}, map[string]string{"role": "restart-b"})
 		return s.c.env.Client.Update(ctx, s.policy)
 	}); err != nil {
 		return fmt.Errorf("turning the policy around: %w", err)
@@ -181,27 +171,33 @@ func (f *PolicyFlow) EnforcedAfterTurn(ctx context.Context, timeout time.Duratio
 // WaitEnforced waits up to timeout until allowed reaches f's server and denied's connection is dropped, and returns
 // when the probe that found it began.
 func (f *PolicyFlow) WaitEnforced(ctx context.Context, allowed, denied *WorkloadPod, timeout time.Duration) (time.Time, error) {
+	return WaitEnforced(ctx, f.Server, allowed, denied, timeout)
+}
+
+// WaitEnforced waits up to timeout until allowed reaches server's PolicyPort and denied's connection is dropped, and
+// returns when the probe that found it began.
+func WaitEnforced(ctx context.Context, server, allowed, denied *WorkloadPod, timeout time.Duration) (time.Time, error) {
 	var (
 		allowedErr, deniedErr error
 		at                    time.Time
 	)
 	if err := testenv.WaitFor(ctx, timeout, func(context.Context) (bool, error) {
 		at = time.Now()
-		allowedErr, deniedErr = allowed.Dial(f.Server, PolicyPort, 2*time.Second), denied.Dial(f.Server, PolicyPort, 2*time.Second)
+		allowedErr, deniedErr = allowed.Dial(server, PolicyPort, 2*time.Second), denied.Dial(server, PolicyPort, 2*time.Second)
 		return allowedErr == nil && Dropped(deniedErr), nil
 	}); err != nil {
-		return time.Time{}, fmt.Errorf("to %s: %s: %v, want connected; %s: %v, want dropped", f.Server.Pod.Name, allowed.Pod.Name, allowedErr, denied.Pod.Name, deniedErr)
+		return time.Time{}, fmt.Errorf("to %s: %s: %v, want connected; %s: %v, want dropped", server.Pod.Name, allowed.Pod.Name, allowedErr, denied.Pod.Name, deniedErr)
 	}
 	return at, nil
 }
 
-// policyAllowing lets the pods of role reach the servers' port, and nothing else.
-func policyAllowing(role string) networkingv1.NetworkPolicySpec {
+// PolicyAllowing lets the pods labelled from reach the pods labelled server at PolicyPort, and nothing else.
+func PolicyAllowing(server, from map[string]string) networkingv1.NetworkPolicySpec {
 	return networkingv1.NetworkPolicySpec{
-		PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "restart-server"}},
+		PodSelector: metav1.LabelSelector{MatchLabels: server},
 		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
 		Ingress: []networkingv1.NetworkPolicyIngressRule{{
-			From:  []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": role}}}},
+			From:  []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: from}}},
 			Ports: []networkingv1.NetworkPolicyPort{{Port: new(intstr.FromInt32(PolicyPort))}},
 		}},
 	}

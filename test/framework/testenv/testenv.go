@@ -293,28 +293,30 @@ func (e *Env) createLog(path string) (*os.File, error) {
 // apiServerGracePeriod is how long a stopping kube-apiserver is given before it is killed.
 const apiServerGracePeriod = 30 * time.Second
 
+// advertiseGracePeriod is the grace period of Advertise's restart, a step of the harness and not a case's restart:
+// kube-apiserver takes its address out of the `kubernetes` Service as its shutdown begins (a pre-shutdown hook of
+// pkg/controlplane/controller/kubernetesservice), so a short grace does what the whole one would, 25 s sooner.
+const advertiseGracePeriod = 5 * time.Second
+
 // RestartAPIServer stops kube-apiserver as kubelet stops its static pod (SIGTERM, SIGKILL after the grace period) and
 // starts it again with the same address, certificates and etcd once it has been unreachable for downtime (counted
 // from SIGTERM, when it closes its listener). It returns once kube-apiserver is healthy again.
 func (e *Env) RestartAPIServer(downtime time.Duration) error {
-	apiServer := e.Environment.ControlPlane.GetAPIServer()
-	stopped := time.Now()
-	if err := apiServer.Stop(); err != nil && time.Since(stopped) < apiServerGracePeriod {
-		return fmt.Errorf("stopping kube-apiserver: %w\n--- kube-apiserver log (tail) ---\n%s", err, fileTail(e.APIServerLog, 30))
-	}
-	// The outage itself, not a wait for a condition.
-	time.Sleep(downtime - time.Since(stopped))
-	if err := apiServer.Start(); err != nil {
-		return fmt.Errorf("starting kube-apiserver again: %w\n--- kube-apiserver log (tail) ---\n%s", err, fileTail(e.APIServerLog, 30))
-	}
-	return nil
+	return e.restartAPIServer(apiServerGracePeriod, downtime)
+}
+
+// KillAPIServer kills kube-apiserver as a crash or the OOM killer does (SIGKILL: no graceful shutdown, so its address
+// stays in the `kubernetes` Service) and starts it again with the same address, certificates and etcd once it has been
+// unreachable for downtime. It returns once kube-apiserver is healthy again.
+func (e *Env) KillAPIServer(downtime time.Duration) error {
+	return e.restartAPIServer(0, downtime)
 }
 
 // Advertise restarts kube-apiserver (gracefully, so that it takes its old address out of the `kubernetes` Service)
 // advertising ip, and waits until the `kubernetes` EndpointSlice names only ip.
 func (e *Env) Advertise(ctx context.Context, ip string) error {
 	e.Environment.ControlPlane.GetAPIServer().Configure().Set("advertise-address", ip)
-	if err := e.RestartAPIServer(0); err != nil {
+	if err := e.restartAPIServer(advertiseGracePeriod, 0); err != nil {
 		return err
 	}
 	return e.WaitForAdvertised(ctx, ip)
@@ -333,25 +335,35 @@ func (e *Env) WaitForAdvertised(ctx context.Context, ip string) error {
 	})
 }
 
-// KillAPIServer kills kube-apiserver as a crash or the OOM killer does (SIGKILL: no graceful shutdown, so its address
-// stays in the `kubernetes` Service) and starts it again with the same address, certificates and etcd once it has been
-// unreachable for downtime. It returns once kube-apiserver is healthy again.
-func (e *Env) KillAPIServer(downtime time.Duration) error {
+// restartAPIServer stops kube-apiserver as kubelet stops a container, SIGTERM and SIGKILL once grace has passed (at
+// once, without SIGTERM, for a grace of zero), and starts it again once it has been unreachable for downtime, counted
+// from the first signal. It returns once kube-apiserver is healthy again.
+func (e *Env) restartAPIServer(grace, downtime time.Duration) error {
 	apiServer := e.Environment.ControlPlane.GetAPIServer()
 	pid, err := processWithArg(filepath.Base(apiServer.Path), "--cert-dir="+apiServer.CertDir)
 	if err != nil {
 		return err
 	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		return fmt.Errorf("killing kube-apiserver (%d): %w", pid, err)
+	// Gone once envtest has reaped it.
+	gone := func(context.Context) (bool, error) { return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH), nil }
+	stopped := time.Now()
+	if grace > 0 {
+		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+			return fmt.Errorf("stopping kube-apiserver (%d): %w", pid, err)
+		}
+		_ = WaitFor(context.Background(), grace, gone)
 	}
-	killed := time.Now()
-	// envtest's bookkeeping: its Stop finds the process gone, or signals a process already reaped (ESRCH).
-	if err := apiServer.Stop(); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("after killing kube-apiserver: %w", err)
+	if exited, _ := gone(context.Background()); !exited {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("killing kube-apiserver (%d): %w", pid, err)
+		}
+	}
+	// envtest's bookkeeping: its Stop finds the process gone, or signals one not reaped yet.
+	if err := apiServer.Stop(); err != nil && !errors.Is(err, syscall.ESRCH) && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("after stopping kube-apiserver: %w", err)
 	}
 	// The outage itself, not a wait for a condition.
-	time.Sleep(downtime - time.Since(killed))
+	time.Sleep(downtime - time.Since(stopped))
 	if err := apiServer.Start(); err != nil {
 		return fmt.Errorf("starting kube-apiserver again: %w\n--- kube-apiserver log (tail) ---\n%s", err, fileTail(e.APIServerLog, 30))
 	}
