@@ -27,7 +27,7 @@ const failoverSection = "6. VIP failover with Cilium's real agents (L2, network-
 const kubeVIPFailover, metalLBFailover = 3 * time.Second, 6500 * time.Millisecond
 
 // vipFailover runs section 6 in a control plane of its own, serving a certificate made as Gardener makes it: the
-// agents of Gardener's chart on three control-plane nodes and a worker, the extension as its chart's pods on the
+// agents of Gardener's chart on three control-plane nodes and two workers, the extension as its chart's pods on the
 // control-plane nodes, and the exposure reconciled with the real operator. The lease holder's node is killed runs times
 // per way of dying: with the exposure's lease timings and the extension's handover, without the handover (the lease
 // expires), and with Cilium's default timings. Then one kube-apiserver is stopped while its node stays up, another

@@ -14,9 +14,6 @@ import (
 
 const restartSection = "12. NetworkPolicy through kube-apiserver restarts, with and without the extension (real agents, workload pods through Cilium's CNI plugin; issue 44)"
 
-// restartNodes are the nodes of section 12's pods: the one control-plane node whose kube-apiserver restarts, a worker.
-var restartNodes = []string{ciliumnodes.BaselineControlPlane, "worker-0"}
-
 // baselineWindow is how long section 12 watches the baseline's agents after a restart.
 const baselineWindow = 2 * time.Minute
 
@@ -57,7 +54,7 @@ func policyRestarts(r *report, runs int) error {
 // restartWithExtension restarts kube-apiserver once under the policy scenario and returns, per node, the time from
 // kube-apiserver healthy to the turned-around policy enforced and the new pod reached, and the policy's violations.
 func restartWithExtension(ctx context.Context, cluster *ciliumnodes.Cluster, kind ciliumnodes.APIServerRestart) ([]time.Duration, int, error) {
-	s, err := cluster.StartPolicyScenario(ctx, restartNodes, nil)
+	s, err := cluster.StartPolicyScenario(ctx, nil)
 	defer s.Stop()
 	if err != nil {
 		return nil, 0, err
@@ -103,7 +100,7 @@ func baselineRestarts(ctx context.Context, r *report, cluster *ciliumnodes.Clust
 			reconnected = append(reconnected, slices.Collect(maps.Values(rec.Reconnected))...)
 			enforcing = append(enforcing, slices.Collect(maps.Values(rec.Enforcing))...)
 			identified = append(identified, slices.Collect(maps.Values(rec.Identified))...)
-			agents, flows = agents+len(cluster.Nodes()), flows+len(restartNodes)
+			agents, flows = agents+len(cluster.Nodes()), flows+len(ciliumnodes.ScenarioNodes)
 		}
 		for _, m := range []struct {
 			what     string
@@ -132,7 +129,7 @@ func baselineRestart(ctx context.Context, cluster *ciliumnodes.Cluster, kind cil
 	if err != nil {
 		return ciliumnodes.Recovery{}, err
 	}
-	s, err := cluster.StartPolicyScenario(ctx, restartNodes, nil)
+	s, err := cluster.StartPolicyScenario(ctx, nil)
 	defer s.Stop()
 	if err != nil {
 		return ciliumnodes.Recovery{}, err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -50,7 +51,13 @@ func (d *demo) datapath(ctx context.Context, chart string) ([]string, error) {
 	if err := deleteAgentPods(); err != nil {
 		return nil, err
 	}
-	cluster, err := ciliumnodes.New(ctx, d.env, "cdemo"+strconv.Itoa(os.Getpid()), ciliumnodes.Options{ExtensionPods: true})
+	// What the nodes' kubelet did (the operator restarted after kube-apiserver's restart, pods deleted) goes to a file.
+	kubeletLog, err := os.Create(filepath.Join(d.env.Dir, "kubelet.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer kubeletLog.Close()
+	cluster, err := ciliumnodes.New(ctx, d.env, "cdemo"+strconv.Itoa(os.Getpid()), ciliumnodes.Options{ExtensionPods: true, KubeletLog: kubeletLog})
 	if err != nil {
 		return nil, err
 	}
@@ -81,6 +88,11 @@ func (d *demo) datapath(ctx context.Context, chart string) ([]string, error) {
 	if err := failover(ctx, cluster, exp); err != nil {
 		return nil, err
 	}
+	p, err = restart(ctx, cluster, agents)
+	if err != nil {
+		return nil, err
+	}
+	problems = append(problems, p...)
 	if why := frr.Available(); why != "" {
 		fmt.Printf("\n(BGP skipped: %s)\n", why)
 		return problems, nil

@@ -11,12 +11,8 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumnodes"
 )
 
-// restartNodes are the nodes whose pods the restart cases watch: the control-plane node, whose kube-apiserver
-// restarts, and a worker; each runs a server under the policy and two clients of the other node's server.
-var restartNodes = []string{ciliumnodes.BaselineControlPlane, "worker-0"}
-
 // TestPolicyThroughAPIServerRestart: the failure this project exists for (issue 44). Workload pods under a
-// NetworkPolicy on the control-plane node and a worker, and the one kube-apiserver restarts: gracefully, as kubelet
+// NetworkPolicy on the control-plane node and two workers, and the one kube-apiserver restarts: gracefully, as kubelet
 // restarts a static pod whose manifest changed (SIGTERM: kube-apiserver takes its address out of the `kubernetes`
 // Service first), and killed with a minute's outage (its address stays). Throughout, what the policy allows connects
 // and what it denies is dropped, on every node; right after kube-apiserver is back, the policy is turned around and a
@@ -90,10 +86,10 @@ func policyThroughRestart(t *testing.T, l *lane, r ciliumnodes.APIServerRestart)
 	wg.Wait()
 }
 
-// startPolicyScenario starts the restart cases' pods and policy on restartNodes, removed when t ends.
+// startPolicyScenario starts the restart cases' pods and policy (ciliumnodes.ScenarioNodes), removed when t ends.
 func startPolicyScenario(t *testing.T, l *lane) *ciliumnodes.PolicyScenario {
 	t.Helper()
-	s, err := l.cluster.StartPolicyScenario(context.Background(), restartNodes, t.Logf)
+	s, err := l.cluster.StartPolicyScenario(context.Background(), t.Logf)
 	t.Cleanup(s.Stop)
 	if err != nil {
 		t.Fatalf("before the restart: %v", err)

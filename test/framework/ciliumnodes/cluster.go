@@ -23,6 +23,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"os"
@@ -55,8 +56,8 @@ const ClientIP = "10.0.3.100"
 // OperatorNode runs the operator: its pod is admitted unscheduled, like every pod of a Deployment.
 const OperatorNode = "worker-0"
 
-// NodeNames are the fixture nodes that get a namespace and an agent: the three control-plane nodes and a worker.
-var NodeNames = []string{"cp-0", "cp-1", "cp-2", "worker-0"}
+// NodeNames are the fixture nodes that get a namespace and an agent: the three control-plane nodes and two workers.
+var NodeNames = []string{"cp-0", "cp-1", "cp-2", "worker-0", "worker-1"}
 
 // Available says why agents cannot run on this machine, or nil when they can.
 func Available() error {
@@ -109,6 +110,7 @@ type Cluster struct {
 	operatorChart     Chart
 	operatorExited    time.Time
 	operatorCrashLoop *flowcontrol.Backoff
+	kubeletLog        io.Writer
 	// disturbed are the nodes whose agent or kube-apiserver was stopped and started again.
 	disturbed map[string]bool
 	// webhookRoute takes kube-apiserver's webhook calls to the extension pods (extension.go), routes is its
@@ -131,6 +133,9 @@ type Options struct {
 	// Stored is the chart installed through kube-apiserver, whose agent DaemonSet Kubernetes' controllers turn into
 	// the pods the nodes' kubelet runs; other charts are admitted as dry runs. Gardener's when empty.
 	Stored Chart
+	// KubeletLog receives what the nodes' kubelet did (a pod started or deleted, the operator restarted); stdout when
+	// nil.
+	KubeletLog io.Writer
 }
 
 // New plugs a namespace per node of NodeNames and one for the client into a new bridge, and starts each control-plane
@@ -144,7 +149,7 @@ func New(ctx context.Context, env *testenv.Env, prefix string, o Options) (*Clus
 	if err := useFixtureAddresses(ctx, env); err != nil {
 		return nil, err
 	}
-	c := &Cluster{env: env, cgroups: cgroups, stored: cmp.Or(o.Stored, GardenerChart), nodes: map[string]*Node{}, installed: map[Chart]*installation{}, disturbed: map[string]bool{}, operatorCrashLoop: newCrashLoopBackOff()}
+	c := &Cluster{env: env, cgroups: cgroups, stored: cmp.Or(o.Stored, GardenerChart), kubeletLog: cmp.Or[io.Writer](o.KubeletLog, os.Stdout), nodes: map[string]*Node{}, installed: map[Chart]*installation{}, disturbed: map[string]bool{}, operatorCrashLoop: newCrashLoopBackOff()}
 	// The nodes' agents compile for their own node (its addresses and MACs are in the programs): an agent that
 	// starts again on it with the same settings gets what it compiled before.
 	if c.objects, err = bpfobjects.New(filepath.Join(env.Dir, "bpf-objects")); err != nil {

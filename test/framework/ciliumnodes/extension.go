@@ -448,7 +448,7 @@ func (c *Cluster) syncExtensionPods(ctx context.Context) (pending bool) {
 				stop = n.stopExtensionWithin
 			}
 			if err := c.finishDeleted(ctx, n, pod, stop, "the extension"); err != nil {
-				logf("kubelet of %s: extension pod %s: %v", n.Name, pod.Name, err)
+				c.logf("kubelet of %s: extension pod %s: %v", n.Name, pod.Name, err)
 			}
 		case c.extensionsManaged && !runs && !starting && n.extensionIdle():
 			n.mu.Lock()
@@ -463,10 +463,10 @@ func (c *Cluster) syncExtensionPods(ctx context.Context) (pending bool) {
 					n.mu.Unlock()
 				}()
 				if err := n.startExtension(context.Background(), c.env, cgroup, args); err != nil {
-					logf("kubelet of %s: extension pod %s: %v", n.Name, pod.Name, err)
+					c.logf("kubelet of %s: extension pod %s: %v", n.Name, pod.Name, err)
 					return
 				}
-				logf("kubelet of %s: the extension runs from pod %s at %s", n.Name, pod.Name, n.Address())
+				c.logf("kubelet of %s: the extension runs from pod %s at %s", n.Name, pod.Name, n.Address())
 			})
 		}
 	}

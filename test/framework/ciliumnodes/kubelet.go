@@ -124,7 +124,7 @@ func (c *Cluster) runKubelets(ctx context.Context) {
 func (c *Cluster) watchPods(ctx context.Context, changed chan<- struct{}) {
 	clientset, err := kubernetes.NewForConfig(c.env.Config)
 	if err != nil {
-		logf("kubelets: no watch of the pods, listing them every %s: %v", kubeletResync, err)
+		c.logf("kubelets: no watch of the pods, listing them every %s: %v", kubeletResync, err)
 		return
 	}
 	for ctx.Err() == nil {
@@ -166,7 +166,7 @@ func (c *Cluster) syncPods(ctx context.Context) (pending bool) {
 			continue
 		}
 		if err := c.syncPod(ctx, inst, n, pod); err != nil {
-			logf("kubelet of %s: pod %s: %v", n.Name, pod.Name, err)
+			c.logf("kubelet of %s: pod %s: %v", n.Name, pod.Name, err)
 			pending = true
 		}
 		if pod.DeletionTimestamp != nil || (n.runs(pod.UID) && !health.IsPodReady(pod)) {
@@ -208,7 +208,7 @@ func (c *Cluster) syncOperator(ctx context.Context) {
 	}
 	if c.operatorExited.IsZero() {
 		c.operatorExited = time.Now()
-		logf("kubelet of %s: cilium-operator exited with %d; its log ends:\n%s", n.Name, exitCode(operator.Err()), operator.LogTail(5))
+		c.logf("kubelet of %s: cilium-operator exited with %d; its log ends:\n%s", n.Name, exitCode(operator.Err()), operator.LogTail(5))
 	}
 	key := string(c.operatorPod.UID) + "/cilium-operator"
 	if c.operatorCrashLoop.IsInBackOffSince(key, c.operatorExited) {
@@ -216,10 +216,10 @@ func (c *Cluster) syncOperator(ctx context.Context) {
 	}
 	c.operatorCrashLoop.Next(key, c.operatorExited)
 	if err := c.runOperator(ctx); err != nil {
-		logf("kubelet of %s: starting cilium-operator again: %v", n.Name, err)
+		c.logf("kubelet of %s: starting cilium-operator again: %v", n.Name, err)
 		return
 	}
-	logf("kubelet of %s: cilium-operator started again (should it exit again: back-off %s)", n.Name, c.operatorCrashLoop.Get(key))
+	c.logf("kubelet of %s: cilium-operator started again (should it exit again: back-off %s)", n.Name, c.operatorCrashLoop.Get(key))
 	c.operatorExited = time.Time{}
 }
 
@@ -257,7 +257,7 @@ func (c *Cluster) syncPod(ctx context.Context, inst *installation, n *Node, pod 
 		if err := n.restart(ctx, c.env, run, configMaps); err != nil {
 			return err
 		}
-		logf("kubelet of %s: the agent runs from pod %s (was %s)", n.Name, pod.Name, inst.pods[n.Name].Name)
+		c.logf("kubelet of %s: the agent runs from pod %s (was %s)", n.Name, pod.Name, inst.pods[n.Name].Name)
 		inst.pods[n.Name] = pod
 	}
 	if health.IsPodReady(pod) || !n.runs(pod.UID) {
@@ -290,13 +290,14 @@ func (c *Cluster) finishDeleted(ctx context.Context, n *Node, pod *corev1.Pod, s
 			return client.IgnoreNotFound(err)
 		}
 	}
-	logf("kubelet of %s: pod %s deleted, %s exited with %d", n.Name, pod.Name, what, exitCode)
+	c.logf("kubelet of %s: pod %s deleted, %s exited with %d", n.Name, pod.Name, what, exitCode)
 	return client.IgnoreNotFound(c.env.Client.Delete(ctx, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &pod.UID}))
 }
 
-// logf writes what the nodes' kubelet did to the output of the test that runs, which a failing test shows.
-func logf(format string, args ...any) {
-	fmt.Printf(time.Now().Format("15:04:05.000")+" "+format+"\n", args...)
+// logf writes what the nodes' kubelet did to Options.KubeletLog: by default the output of the test that runs, which a
+// failing test shows.
+func (c *Cluster) logf(format string, args ...any) {
+	fmt.Fprintf(c.kubeletLog, time.Now().Format("15:04:05.000")+" "+format+"\n", args...)
 }
 
 // runningPod is the node's pod of the agent DaemonSet, if any, and whether the node's agent runs from it, Ready and

@@ -20,9 +20,10 @@ import (
 // PolicyPort is where a policy scenario's servers listen.
 const PolicyPort = 8080
 
-// PolicyScenario is a NetworkPolicy over workload pods on several nodes, for watching it through kube-apiserver's
+// PolicyScenario is a NetworkPolicy over workload pods on ScenarioNodes, for watching it through kube-apiserver's
 // restarts (issue 44, docs/development/workload-pods.md): on each node a server under the policy, and on the next node
-// two clients of it, the one the policy lets in (role a) and the one it keeps out (role b).
+// two clients of it, the one the policy lets in (role a) and the one it keeps out (role b), so that every node's
+// policy is checked from another node, a worker's from the control-plane node and from the other worker.
 type PolicyScenario struct {
 	Flows  []*PolicyFlow
 	c      *Cluster
@@ -41,10 +42,15 @@ type PolicyFlow struct {
 	c                  *Cluster
 }
 
-// StartPolicyScenario starts the pods and the policy on nodes and returns once every node enforces it. Stop removes
-// them, also when it fails.
-func (c *Cluster) StartPolicyScenario(ctx context.Context, nodes []string, logf func(string, ...any)) (*PolicyScenario, error) {
+// ScenarioNodes are the nodes of the policy scenario: the one control-plane node, whose kube-apiserver restarts (Gardener
+// allows one per self-hosted shoot), and two workers.
+var ScenarioNodes = []string{BaselineControlPlane, "worker-0", "worker-1"}
+
+// StartPolicyScenario starts the pods and the policy on ScenarioNodes and returns once every node enforces it. Stop
+// removes them, also when it fails.
+func (c *Cluster) StartPolicyScenario(ctx context.Context, logf func(string, ...any)) (*PolicyScenario, error) {
 	s := &PolicyScenario{c: c, Logf: logf}
+	nodes := ScenarioNodes
 	for _, node := range nodes {
 		server, err := s.startPod(ctx, node, "restart-server-"+node, map[string]string{"app": "restart-server"}, true)
 		if err != nil {

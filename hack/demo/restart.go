@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumnodes"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
+)
+
+// restartWindow is how long the demo watches the agents without the extension after kube-apiserver is back.
+const restartWindow = 30 * time.Second
+
+// restartResult is one row of the restart table.
+type restartResult struct {
+	violations                         int
+	reconnected, enforcing, identified []string
+	// converged is when the last node enforced the turned-around policy, from kube-apiserver healthy.
+	converged time.Duration
+}
+
+// restart shows the failure the extension prevents (docs/development/workload-pods.md): a NetworkPolicy over pods on
+// the control-plane node and two workers, kube-apiserver restarted gracefully as kubelet restarts its static pod, the
+// policy turned around right after; once with the extension, once without it (networking-cilium's chart as rendered,
+// the agents on the `kubernetes` ClusterIP).
+func restart(ctx context.Context, cluster *ciliumnodes.Cluster, agents ciliumnodes.Agents) ([]string, error) {
+	graceful := ciliumnodes.APIServerRestarts[0]
+	step("kube-apiserver restarts (%s, as kubelet restarts its static pod) under a NetworkPolicy over pods on %s, "+
+		"turned around right after: with the extension, then without it", graceful.Name, strings.Join(ciliumnodes.ScenarioNodes, ", "))
+	if _, err := cluster.Run(ctx, agents); err != nil {
+		return nil, err
+	}
+	with, err := restartWithExtension(ctx, cluster, graceful)
+	if err != nil {
+		return nil, fmt.Errorf("the restart with the extension: %w", err)
+	}
+	without, err := restartWithoutExtension(ctx, cluster, graceful)
+	if err != nil {
+		return nil, fmt.Errorf("the restart without the extension: %w", err)
+	}
+	nodes := len(cluster.Nodes())
+	fmt.Println()
+	table := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(table, "AFTER KUBE-APISERVER'S RESTART\tPOLICY DURING IT\tAGENTS RECONNECTED\tTURNED-AROUND POLICY ENFORCED\tNEW PODS GOT IDENTITY")
+	fmt.Fprintf(table, "with the extension\t%s\t%d of %d\ton every node after %s\t%d of %d\n", held(with.violations), len(with.reconnected), nodes,
+		with.converged.Round(100*time.Millisecond), len(with.identified), len(ciliumnodes.ScenarioNodes))
+	fmt.Fprintf(table, "without (networking-cilium as rendered)\t%s\t%d of %d in %s\ton %d of %d nodes in %s\t%d of %d in %s\n", held(without.violations),
+		len(without.reconnected), nodes, restartWindow, len(without.enforcing), len(ciliumnodes.ScenarioNodes), restartWindow, len(without.identified), len(ciliumnodes.ScenarioNodes), restartWindow)
+	_ = table.Flush()
+	fmt.Println()
+	var problems []string
+	if len(with.reconnected) != nodes || len(with.identified) != len(ciliumnodes.ScenarioNodes) || with.violations > 0 {
+		problems = append(problems, fmt.Sprintf("with the extension, after kube-apiserver's restart: %+v", with))
+	}
+	return problems, nil
+}
+
+// held says how the policy fared during the outage.
+func held(violations int) string {
+	if violations == 0 {
+		return "held"
+	}
+	return fmt.Sprintf("broken %d times", violations)
+}
+
+// restartWithExtension restarts kube-apiserver under the policy scenario with the agents as the webhook admitted them.
+func restartWithExtension(ctx context.Context, cluster *ciliumnodes.Cluster, r ciliumnodes.APIServerRestart) (restartResult, error) {
+	s, err := cluster.StartPolicyScenario(ctx, nil)
+	defer s.Stop()
+	if err != nil {
+		return restartResult{}, err
+	}
+	healthy, violations, err := s.Through(func() error { return cluster.RestartAPIServer(r) })
+	if err != nil {
+		return restartResult{}, err
+	}
+	if err := s.TurnAround(ctx); err != nil {
+		return restartResult{}, err
+	}
+	res := restartResult{violations: len(violations)}
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	errs := make([]error, len(s.Flows))
+	for i, f := range s.Flows {
+		wg.Go(func() {
+			at, err := f.EnforcedAfterTurn(ctx, 3*time.Minute)
+			mu.Lock()
+			defer mu.Unlock()
+			if errs[i] = err; err == nil {
+				res.converged = max(res.converged, at.Sub(healthy))
+				res.identified = append(res.identified, f.NewB.Pod.Name)
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return res, err
+		}
+	}
+	// Every agent's own connection, to localhost on a control-plane node and to a control-plane node elsewhere.
+	for _, n := range cluster.Nodes() {
+		if testenv.WaitFor(ctx, time.Minute, func(context.Context) (bool, error) {
+			peers, err := n.APIServerPeers()
+			return len(peers) > 0, err
+		}) == nil {
+			res.reconnected = append(res.reconnected, n.Name)
+		}
+	}
+	return res, nil
+}
+
+// restartWithoutExtension runs the same restart with the baseline's agents (ciliumnodes.Baseline) and watches what
+// recovers within restartWindow.
+func restartWithoutExtension(ctx context.Context, cluster *ciliumnodes.Cluster, r ciliumnodes.APIServerRestart) (restartResult, error) {
+	b, err := cluster.StartBaseline(ctx)
+	defer func() { _ = b.Stop(context.Background()) }()
+	if err != nil {
+		return restartResult{}, err
+	}
+	s, err := cluster.StartPolicyScenario(ctx, nil)
+	defer s.Stop()
+	if err != nil {
+		return restartResult{}, err
+	}
+	rec, violations, err := b.Restart(ctx, s, r, restartWindow)
+	if err != nil {
+		return restartResult{}, err
+	}
+	res := restartResult{violations: len(violations)}
+	for n := range rec.Reconnected {
+		res.reconnected = append(res.reconnected, n)
+	}
+	for n := range rec.Enforcing {
+		res.enforcing = append(res.enforcing, n)
+	}
+	for p := range rec.Identified {
+		res.identified = append(res.identified, p)
+	}
+	return res, nil
+}
