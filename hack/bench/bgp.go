@@ -49,7 +49,7 @@ func bgpWithdrawals(r *report, runs int) error {
 		fmt.Println("   skipped:", why)
 		return nil
 	}
-	return withCiliumNodes(r, "10", "bgpbench", func(ctx context.Context, env *testenv.Env, cluster *ciliumnodes.Cluster) error {
+	return withCiliumNodes(r, "10", "bgpbench", ciliumnodes.Options{}, func(ctx context.Context, env *testenv.Env, cluster *ciliumnodes.Cluster) error {
 		exp, err := cluster.L2().Expose(ctx)
 		if err != nil {
 			return err

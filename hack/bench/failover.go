@@ -27,22 +27,22 @@ const failoverSection = "6. VIP failover with Cilium's real agents (L2, network-
 const kubeVIPFailover, metalLBFailover = 3 * time.Second, 6500 * time.Millisecond
 
 // vipFailover runs section 6 in a control plane of its own, serving a certificate made as Gardener makes it: the
-// agents of Gardener's chart on three control-plane nodes and two workers, the extension as its chart's pods on the
+// agents of Gardener's chart on three control-plane nodes and a worker, the extension as its chart's pods on the
 // control-plane nodes, and the exposure reconciled with the real operator. The lease holder's node is killed runs times
 // per way of dying: with the exposure's lease timings and the extension's handover, without the handover (the lease
 // expires), and with Cilium's default timings. Then one kube-apiserver is stopped while its node stays up, another
 // node's and the announcer's, with the extension probing the endpoints and without. Last, the agent DaemonSet rolls
 // rollouts times.
 func vipFailover(r *report, runs, rollouts int) error {
-	return withCiliumNodes(r, "6", "cbench", func(ctx context.Context, _ *testenv.Env, cluster *ciliumnodes.Cluster) error {
+	return withCiliumNodes(r, "6", "cbench", ciliumnodes.Options{}, func(ctx context.Context, _ *testenv.Env, cluster *ciliumnodes.Cluster) error {
 		return failovers(ctx, r, cluster, runs, rollouts)
 	})
 }
 
-// withCiliumNodes runs do on a cluster of real agents (test/framework/ciliumnodes) in a control plane of its own, serving a
-// certificate made as Gardener makes it, or notes why section cannot run. An interrupted bench still removes its
-// namespaces, cgroups and processes.
-func withCiliumNodes(r *report, section, prefix string, do func(context.Context, *testenv.Env, *ciliumnodes.Cluster) error) error {
+// withCiliumNodes runs do on a cluster of real agents (test/framework/ciliumnodes, with o and the extension as its
+// pods) in a control plane of its own, serving a certificate made as Gardener makes it, or notes why section cannot
+// run. An interrupted bench still removes its namespaces, cgroups and processes.
+func withCiliumNodes(r *report, section, prefix string, o ciliumnodes.Options, do func(context.Context, *testenv.Env, *ciliumnodes.Cluster) error) error {
 	if err := ciliumnodes.Available(); err != nil {
 		r.Notes = append(r.Notes, "Section "+section+" did not run: "+err.Error())
 		fmt.Println("   skipped:", err)
@@ -55,7 +55,8 @@ func withCiliumNodes(r *report, section, prefix string, do func(context.Context,
 		return err
 	}
 	defer stopShoot()
-	cluster, err := ciliumnodes.New(ctx, env, prefix+strconv.Itoa(os.Getpid()), ciliumnodes.Options{ExtensionPods: true})
+	o.ExtensionPods = true
+	cluster, err := ciliumnodes.New(ctx, env, prefix+strconv.Itoa(os.Getpid()), o)
 	if err != nil {
 		return err
 	}

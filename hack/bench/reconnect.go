@@ -20,7 +20,7 @@ const reconnectSection = "8. A worker's agent reconnecting to kube-apiserver whe
 // pinned containers and once with client-go's and Cilium's defaults; measured until the agent holds a new connection
 // (to another control-plane node unless only the connection was reset).
 func agentReconnects(r *report, runs int) error {
-	return withCiliumNodes(r, "8", "crbench", func(ctx context.Context, _ *testenv.Env, cluster *ciliumnodes.Cluster) error {
+	return withCiliumNodes(r, "8", "crbench", ciliumnodes.Options{}, func(ctx context.Context, _ *testenv.Env, cluster *ciliumnodes.Cluster) error {
 		type way struct {
 			name string
 			end  func(ctx context.Context) (ciliumnodes.Reconnect, error)
@@ -88,7 +88,7 @@ const strandedWindow = time.Minute
 // pod was pinned to the old ones, is measured until it runs from a new pod and is connected to a current member. Then
 // once with re-pinning switched off, for strandedWindow.
 func agentRepins(r *report, runs int) error {
-	return withCiliumNodes(r, "9", "cpbench", func(ctx context.Context, env *testenv.Env, cluster *ciliumnodes.Cluster) error {
+	return withCiliumNodes(r, "9", "cpbench", ciliumnodes.Options{}, func(ctx context.Context, env *testenv.Env, cluster *ciliumnodes.Cluster) error {
 		if _, err := cluster.Run(ctx, ciliumnodes.Agents{}); err != nil {
 			return err
 		}

@@ -3,9 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -25,13 +26,13 @@ type restartResult struct {
 }
 
 // restart shows the failure the extension prevents (docs/development/workload-pods.md): a NetworkPolicy over pods on
-// the control-plane node and two workers, kube-apiserver restarted gracefully as kubelet restarts its static pod, the
+// the control-plane node and the worker, kube-apiserver restarted gracefully as kubelet restarts its static pod, the
 // policy turned around right after; once with the extension, once without it (networking-cilium's chart as rendered,
 // the agents on the `kubernetes` ClusterIP).
 func restart(ctx context.Context, cluster *ciliumnodes.Cluster, agents ciliumnodes.Agents) ([]string, error) {
 	graceful := ciliumnodes.APIServerRestarts[0]
 	step("kube-apiserver restarts (%s, as kubelet restarts its static pod) under a NetworkPolicy over pods on %s, "+
-		"turned around right after: with the extension, then without it", graceful.Name, strings.Join(ciliumnodes.ScenarioNodes, ", "))
+		"turned around right after: with the extension, then without it", graceful.Name, strings.Join(cluster.ScenarioNodes(), ", "))
 	if _, err := cluster.Run(ctx, agents); err != nil {
 		return nil, err
 	}
@@ -48,13 +49,13 @@ func restart(ctx context.Context, cluster *ciliumnodes.Cluster, agents ciliumnod
 	table := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(table, "AFTER KUBE-APISERVER'S RESTART\tPOLICY DURING IT\tAGENTS RECONNECTED\tTURNED-AROUND POLICY ENFORCED\tNEW PODS GOT IDENTITY")
 	fmt.Fprintf(table, "with the extension\t%s\t%d of %d\ton every node after %s\t%d of %d\n", held(with.violations), len(with.reconnected), nodes,
-		with.converged.Round(100*time.Millisecond), len(with.identified), len(ciliumnodes.ScenarioNodes))
+		with.converged.Round(100*time.Millisecond), len(with.identified), len(cluster.ScenarioNodes()))
 	fmt.Fprintf(table, "without (networking-cilium as rendered)\t%s\t%d of %d in %s\ton %d of %d nodes in %s\t%d of %d in %s\n", held(without.violations),
-		len(without.reconnected), nodes, restartWindow, len(without.enforcing), len(ciliumnodes.ScenarioNodes), restartWindow, len(without.identified), len(ciliumnodes.ScenarioNodes), restartWindow)
+		len(without.reconnected), nodes, restartWindow, len(without.enforcing), len(cluster.ScenarioNodes()), restartWindow, len(without.identified), len(cluster.ScenarioNodes()), restartWindow)
 	_ = table.Flush()
 	fmt.Println()
 	var problems []string
-	if len(with.reconnected) != nodes || len(with.identified) != len(ciliumnodes.ScenarioNodes) || with.violations > 0 {
+	if len(with.reconnected) != nodes || len(with.identified) != len(cluster.ScenarioNodes()) || with.violations > 0 {
 		problems = append(problems, fmt.Sprintf("with the extension, after kube-apiserver's restart: %+v", with))
 	}
 	return problems, nil
@@ -75,35 +76,13 @@ func restartWithExtension(ctx context.Context, cluster *ciliumnodes.Cluster, r c
 	if err != nil {
 		return restartResult{}, err
 	}
-	healthy, violations, err := s.Through(func() error { return cluster.RestartAPIServer(r) })
+	conv, err := s.Restart(ctx, r, 3*time.Minute)
 	if err != nil {
 		return restartResult{}, err
 	}
-	if err := s.TurnAround(ctx); err != nil {
-		return restartResult{}, err
-	}
-	res := restartResult{violations: len(violations)}
-	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
-	)
-	errs := make([]error, len(s.Flows))
-	for i, f := range s.Flows {
-		wg.Go(func() {
-			at, err := f.EnforcedAfterTurn(ctx, 3*time.Minute)
-			mu.Lock()
-			defer mu.Unlock()
-			if errs[i] = err; err == nil {
-				res.converged = max(res.converged, at.Sub(healthy))
-				res.identified = append(res.identified, f.NewB.Pod.Name)
-			}
-		})
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return res, err
-		}
+	res := restartResult{violations: len(conv.Violations), converged: slices.Max(slices.Collect(maps.Values(conv.Enforced)))}
+	for _, f := range s.Flows {
+		res.identified = append(res.identified, f.NewB.Pod.Name)
 	}
 	// Every agent's own connection, to localhost on a control-plane node and to a control-plane node elsewhere.
 	for _, n := range cluster.Nodes() {

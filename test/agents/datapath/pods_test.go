@@ -45,13 +45,13 @@ func TestNetworkPolicyAcrossNodes(t *testing.T) {
 }
 
 // TestCiliumNetworkPolicyAcrossNodes: the mirror of TestNetworkPolicyAcrossNodes with Cilium's own policy: a
-// CiliumNetworkPolicy lets a client pod on the control-plane node reach a server pod on a worker and keeps a client on
-// the other worker out; both connect before it, and under it the one connects and the other's connection is dropped.
+// CiliumNetworkPolicy lets a client pod on one control-plane node reach a server pod on the worker and keeps a client
+// on another out; both connect before it, and under it the one connects and the other's connection is dropped.
 func TestCiliumNetworkPolicyAcrossNodes(t *testing.T) {
 	onEachLane(t, func(t *testing.T, l *lane) {
 		server := startPod(t, l, "worker-0", "cnp-server", map[string]string{"app": "cnp-server"})
 		allowed := startPod(t, l, "cp-0", "cnp-allowed", map[string]string{"role": "cnp-allowed"})
-		denied := startPod(t, l, "worker-1", "cnp-denied", map[string]string{"role": "cnp-denied"})
+		denied := startPod(t, l, "cp-1", "cnp-denied", map[string]string{"role": "cnp-denied"})
 		enforcedAcrossNodes(t, l, server, allowed, denied, &ciliumv2.CiliumNetworkPolicy{
 			ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: "cnp-server"},
 			Spec: &api.Rule{

@@ -2,7 +2,8 @@ package datapath
 
 import (
 	"context"
-	"sync"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -12,7 +13,7 @@ import (
 )
 
 // TestPolicyThroughAPIServerRestart: the failure this project exists for (issue 44). Workload pods under a
-// NetworkPolicy on the control-plane node and two workers, and the one kube-apiserver restarts: gracefully, as kubelet
+// NetworkPolicy on the control-plane node and the worker, and the one kube-apiserver restarts: gracefully, as kubelet
 // restarts a static pod whose manifest changed (SIGTERM: kube-apiserver takes its address out of the `kubernetes`
 // Service first), and killed with a minute's outage (its address stays). Throughout, what the policy allows connects
 // and what it denies is dropped, on every node; right after kube-apiserver is back, the policy is turned around and a
@@ -60,33 +61,20 @@ func TestPolicyThroughAPIServerRestart(t *testing.T) {
 // policyThroughRestart restarts kube-apiserver under the policy scenario: the policy holds throughout, and is turned
 // around right after, with a new pod on each node, which every node enforces and reaches.
 func policyThroughRestart(t *testing.T, l *lane, r ciliumnodes.APIServerRestart) {
-	ctx := context.Background()
 	s := startPolicyScenario(t, l)
-	healthy, violations, err := s.Through(func() error { return l.cluster.RestartAPIServer(r) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range violations {
+	conv, err := s.Restart(context.Background(), r, 3*time.Minute)
+	for _, v := range conv.Violations {
 		t.Errorf("during the restart: %s", v)
 	}
-	if err := s.TurnAround(ctx); err != nil {
-		t.Fatalf("after the restart: %v", err)
+	if err != nil {
+		t.Errorf("after the restart: %v", err)
 	}
-	var wg sync.WaitGroup
-	for _, f := range s.Flows {
-		wg.Go(func() {
-			at, err := f.EnforcedAfterTurn(ctx, 3*time.Minute)
-			if err != nil {
-				t.Errorf("after the restart: %v", err)
-				return
-			}
-			t.Logf("%s enforces the turned-around policy and reaches the new pod %s after kube-apiserver was healthy", f.Node, at.Sub(healthy).Round(100*time.Millisecond))
-		})
+	for _, node := range slices.Sorted(maps.Keys(conv.Enforced)) {
+		t.Logf("%s enforces the turned-around policy and reaches the new pod %s after kube-apiserver was healthy", node, conv.Enforced[node].Round(100*time.Millisecond))
 	}
-	wg.Wait()
 }
 
-// startPolicyScenario starts the restart cases' pods and policy (ciliumnodes.ScenarioNodes), removed when t ends.
+// startPolicyScenario starts the restart cases' pods and policy (Cluster.ScenarioNodes), removed when t ends.
 func startPolicyScenario(t *testing.T, l *lane) *ciliumnodes.PolicyScenario {
 	t.Helper()
 	s, err := l.cluster.StartPolicyScenario(context.Background(), t.Logf)

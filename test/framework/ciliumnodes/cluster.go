@@ -56,8 +56,11 @@ const ClientIP = "10.0.3.100"
 // OperatorNode runs the operator: its pod is admitted unscheduled, like every pod of a Deployment.
 const OperatorNode = "worker-0"
 
-// NodeNames are the fixture nodes that get a namespace and an agent: the three control-plane nodes and two workers.
-var NodeNames = []string{"cp-0", "cp-1", "cp-2", "worker-0", "worker-1"}
+// NodeNames are the fixture nodes that get a namespace and an agent: the three control-plane nodes and a worker.
+var NodeNames = []string{"cp-0", "cp-1", "cp-2", "worker-0"}
+
+// SecondWorker is the fixture node Options.SecondWorker adds.
+const SecondWorker = "worker-1"
 
 // Available says why agents cannot run on this machine, or nil when they can.
 func Available() error {
@@ -133,6 +136,9 @@ type Options struct {
 	// Stored is the chart installed through kube-apiserver, whose agent DaemonSet Kubernetes' controllers turn into
 	// the pods the nodes' kubelet runs; other charts are admitted as dry runs. Gardener's when empty.
 	Stored Chart
+	// SecondWorker runs SecondWorker too, for the policy scenario's two workers. Its agent costs a third more CPU in
+	// the datapath suite on two cores (docs/development/workload-pods.md), so the suite runs without it.
+	SecondWorker bool
 	// KubeletLog receives what the nodes' kubelet did (a pod started or deleted, the operator restarted); stdout when
 	// nil.
 	KubeletLog io.Writer
@@ -146,7 +152,11 @@ func New(ctx context.Context, env *testenv.Env, prefix string, o Options) (*Clus
 	if err != nil {
 		return nil, err
 	}
-	if err := useFixtureAddresses(ctx, env); err != nil {
+	names := NodeNames
+	if o.SecondWorker {
+		names = append(slices.Clone(NodeNames), SecondWorker)
+	}
+	if err := useFixtureAddresses(ctx, env, names); err != nil {
 		return nil, err
 	}
 	c := &Cluster{env: env, cgroups: cgroups, stored: cmp.Or(o.Stored, GardenerChart), kubeletLog: cmp.Or[io.Writer](o.KubeletLog, os.Stdout), nodes: map[string]*Node{}, installed: map[Chart]*installation{}, disturbed: map[string]bool{}, operatorCrashLoop: newCrashLoopBackOff()}
@@ -171,7 +181,7 @@ func New(ctx context.Context, env *testenv.Env, prefix string, o Options) (*Clus
 		c.Close()
 		return nil, err
 	}
-	for i, name := range NodeNames {
+	for i, name := range names {
 		n, err := c.newNode(ctx, name, i)
 		if err != nil {
 			c.Close()
@@ -204,11 +214,12 @@ func New(ctx context.Context, env *testenv.Env, prefix string, o Options) (*Clus
 	return c, nil
 }
 
-// useFixtureAddresses gives the nodes their fixture InternalIPs (a caller may have moved them, as the demo's sandbox
-// does) and waits until the extension has published the control-plane nodes' endpoints, which the webhook pins.
-func useFixtureAddresses(ctx context.Context, env *testenv.Env) error {
+// useFixtureAddresses gives the nodes of names their fixture InternalIPs (a caller may have moved them, as the demo's
+// sandbox does) and waits until the extension has published the control-plane nodes' endpoints, which the webhook
+// pins.
+func useFixtureAddresses(ctx context.Context, env *testenv.Env, names []string) error {
 	for name, ip := range fixtures.InternalIPs() {
-		if !slices.Contains(NodeNames, name) {
+		if !slices.Contains(names, name) {
 			continue
 		}
 		if err := env.SetInternalIP(ctx, name, ip); err != nil {

@@ -2,6 +2,7 @@ package ciliumnodes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -23,7 +24,8 @@ const PolicyPort = 8080
 // PolicyScenario is a NetworkPolicy over workload pods on ScenarioNodes, for watching it through kube-apiserver's
 // restarts (issue 44, docs/development/workload-pods.md): on each node a server under the policy, and on the next node
 // two clients of it, the one the policy lets in (role a) and the one it keeps out (role b), so that every node's
-// policy is checked from another node, a worker's from the control-plane node and from the other worker.
+// policy is checked from another node (with two workers, a worker's from the control-plane node and from the other
+// worker).
 type PolicyScenario struct {
 	Flows  []*PolicyFlow
 	c      *Cluster
@@ -43,14 +45,22 @@ type PolicyFlow struct {
 }
 
 // ScenarioNodes are the nodes of the policy scenario: the one control-plane node, whose kube-apiserver restarts (Gardener
-// allows one per self-hosted shoot), and two workers.
-var ScenarioNodes = []string{BaselineControlPlane, "worker-0", "worker-1"}
+// allows one per self-hosted shoot), and the workers (Options.SecondWorker).
+func (c *Cluster) ScenarioNodes() []string {
+	nodes := []string{BaselineControlPlane}
+	for _, n := range c.Nodes() {
+		if !n.ControlPlane {
+			nodes = append(nodes, n.Name)
+		}
+	}
+	return nodes
+}
 
 // StartPolicyScenario starts the pods and the policy on ScenarioNodes and returns once every node enforces it. Stop
 // removes them, also when it fails.
 func (c *Cluster) StartPolicyScenario(ctx context.Context, logf func(string, ...any)) (*PolicyScenario, error) {
 	s := &PolicyScenario{c: c, Logf: logf}
-	nodes := ScenarioNodes
+	nodes := c.ScenarioNodes()
 	for _, node := range nodes {
 		server, err := s.startPod(ctx, node, "restart-server-"+node, map[string]string{"app": "restart-server"}, true)
 		if err != nil {
@@ -125,6 +135,46 @@ func (s *PolicyScenario) Through(restart func() error) (time.Time, []string, err
 	healthy := time.Now()
 	stopWatching()
 	return healthy, violations(), err
+}
+
+// Convergence is how the scenario came through a restart: what broke the policy during the outage, and per node the
+// time from kube-apiserver healthy to the turned-around policy enforced and the new pod reached.
+type Convergence struct {
+	Violations []string
+	Enforced   map[string]time.Duration
+}
+
+// Restart restarts kube-apiserver the way r says under the scenario (Through), turns the policy around right after
+// and waits up to timeout until every node enforces it and reaches its new pod (EnforcedAfterTurn). It fails with
+// every node that did not.
+func (s *PolicyScenario) Restart(ctx context.Context, r APIServerRestart, timeout time.Duration) (Convergence, error) {
+	healthy, violations, err := s.Through(func() error { return s.c.RestartAPIServer(r) })
+	conv := Convergence{Violations: violations, Enforced: map[string]time.Duration{}}
+	if err != nil {
+		return conv, err
+	}
+	if err := s.TurnAround(ctx); err != nil {
+		return conv, err
+	}
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		errs []error
+	)
+	for _, f := range s.Flows {
+		wg.Go(func() {
+			at, err := f.EnforcedAfterTurn(ctx, timeout)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", f.Node, err))
+				return
+			}
+			conv.Enforced[f.Node] = at.Sub(healthy)
+		})
+	}
+	wg.Wait()
+	return conv, errors.Join(errs...)
 }
 
 // TurnAround lets the B clients in and keeps the A clients out, and starts a new pod of B's role on each node, not
