@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumnodes"
@@ -12,6 +13,9 @@ import (
 )
 
 const restartSection = "12. NetworkPolicy through kube-apiserver restarts, with and without the extension (real agents, workload pods through Cilium's CNI plugin; issue 44)"
+
+// slowConvergence is a convergence after which section 12 prints the node's agent log.
+const slowConvergence = 15 * time.Second
 
 // baselineWindow is how long section 12 watches the baseline's agents after a restart: three times the test's, and
 // the baseline runs as often as the restarts with the extension.
@@ -64,6 +68,17 @@ func restartWithExtension(ctx context.Context, cluster *ciliumnodes.Cluster, kin
 		return nil, 0, err
 	}
 	fmt.Printf("   %s: converged after %v, %d violations\n", kind.Name, conv.Enforced, len(conv.Violations))
+	// A slow node's agent says why in its log (docs/development/workload-pods.md, "Measured": the tail): its
+	// watches' failures and retries.
+	for node, took := range conv.Enforced {
+		if took > slowConvergence {
+			watches := slices.DeleteFunc(strings.Split(cluster.Node(node).AgentLog(), "\n"), func(line string) bool {
+				return !strings.Contains(line, "watch") && !strings.Contains(line, "reflector")
+			})
+			fmt.Printf("   --- the agent on %s, %s after kube-apiserver was healthy: its log on watches ---\n%s\n", node, took.Round(100*time.Millisecond),
+				strings.Join(watches[max(0, len(watches)-30):], "\n"))
+		}
+	}
 	return slices.Collect(maps.Values(conv.Enforced)), len(conv.Violations), nil
 }
 

@@ -639,6 +639,16 @@ func (n *Node) take() []*podrun.Started {
 	return processes
 }
 
+// AgentLog is what the node's running agent has logged so far.
+func (n *Node) AgentLog() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.agent == nil {
+		return ""
+	}
+	return n.agent.Log()
+}
+
 // LogTail is the end of the agent's log.
 func (n *Node) LogTail() string {
 	n.mu.Lock()

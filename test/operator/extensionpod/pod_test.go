@@ -202,6 +202,13 @@ func servesHealthAndMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	metrics := "https://" + net.JoinHostPort(controlPlaneIPs[0], strconv.Itoa(int(metricsPort))) + "/metrics"
+	// controller-runtime starts the metrics server beside the health server, which may answer first (t2 of session 31).
+	if err := testenv.WaitFor(ctx, 30*time.Second, func(context.Context) (bool, error) {
+		_, err := get(metrics, "")
+		return err == nil, err
+	}); err != nil {
+		t.Fatalf("GET %s: %v", metrics, err)
+	}
 	for _, tc := range []struct {
 		token string
 		want  int
