@@ -82,7 +82,7 @@ func restartWithExtension(ctx context.Context, cluster *ciliumnodes.Cluster, r c
 	}
 	res := restartResult{violations: len(conv.Violations), converged: slices.Max(slices.Collect(maps.Values(conv.Enforced)))}
 	for _, f := range s.Flows {
-		res.identified = append(res.identified, f.NewB.Pod.Name)
+		res.identified = append(res.identified, f.New.Pod.Name)
 	}
 	// Every agent's own connection, to localhost on a control-plane node and to a control-plane node elsewhere.
 	for _, n := range cluster.Nodes() {

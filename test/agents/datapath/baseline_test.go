@@ -58,7 +58,8 @@ func TestBaselineWithoutExtension(t *testing.T) {
 		if _, ok := rec.Enforcing[f.Node]; ok {
 			continue
 		}
-		if _, err := f.WaitEnforced(ctx, f.A, f.B, 10*time.Second); err != nil {
+		// The policy before the turn-around, which let the clients now denied in.
+		if _, err := f.WaitEnforced(ctx, f.Denied, f.Allowed, 10*time.Second); err != nil {
 			t.Errorf("without the extension, %s after the restart enforces neither policy: %v", f.Node, err)
 		}
 	}

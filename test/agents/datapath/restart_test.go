@@ -31,13 +31,15 @@ func TestPolicyThroughAPIServerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// One scenario for both restarts: each turns the policy around.
+	s := startPolicyScenario(t, l)
 	for _, r := range ciliumnodes.APIServerRestarts {
 		t.Run(r.Name, func(t *testing.T) {
 			exp := expose(t, l)
 			if _, err := l.cluster.L2().WaitUntilServing(ctx, exp); err != nil {
 				t.Fatalf("the VIP before the restart: %v", err)
 			}
-			policyThroughRestart(t, l, r)
+			policyThroughRestart(t, s, r)
 			for _, n := range l.cluster.Nodes() {
 				assertConnections(t, l.cluster, n, agentPods[n.Name])
 			}
@@ -58,10 +60,9 @@ func TestPolicyThroughAPIServerRestart(t *testing.T) {
 	}
 }
 
-// policyThroughRestart restarts kube-apiserver under the policy scenario: the policy holds throughout, and is turned
+// policyThroughRestart restarts kube-apiserver under the policy scenario s: the policy holds throughout, and is turned
 // around right after, with a new pod on each node, which every node enforces and reaches.
-func policyThroughRestart(t *testing.T, l *lane, r ciliumnodes.APIServerRestart) {
-	s := startPolicyScenario(t, l)
+func policyThroughRestart(t *testing.T, s *ciliumnodes.PolicyScenario, r ciliumnodes.APIServerRestart) {
 	conv, err := s.Restart(context.Background(), r, 3*time.Minute)
 	for _, v := range conv.Violations {
 		t.Errorf("during the restart: %s", v)

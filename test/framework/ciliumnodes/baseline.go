@@ -129,8 +129,8 @@ func (b *Baseline) waitForRecovery(ctx context.Context, s *PolicyScenario, healt
 	}
 	for _, f := range s.Flows {
 		wg.Go(func() {
-			if b.c.WaitForIdentity(ctx, f.NewB, window) == nil {
-				record(rec.Identified, f.NewB.Pod.Name, time.Now())
+			if b.c.WaitForIdentity(ctx, f.New, window) == nil {
+				record(rec.Identified, f.New.Pod.Name, time.Now())
 			}
 		})
 		wg.Go(func() {
@@ -144,18 +144,29 @@ func (b *Baseline) waitForRecovery(ctx context.Context, s *PolicyScenario, healt
 }
 
 // startBaseline starts the node's agent from the chart's pod as rendered, with the identity of the stored pod (its
-// name, UID and node, to which the harness binds its token). On a node without Cilium's programs nothing translates
-// the ClusterIP, so the agent starts as an operator brings a cluster up: first against the control-plane node's
+// name, UID and node, to which the harness binds its token). A restarted agent reaches the ClusterIP through the
+// socket load-balancing its previous run left (bpffs and /var/run/cilium outlive the agent, docs/datapath.md): when
+// the running agent's load balancer sends the ClusterIP to the address kube-apiserver advertises, the new one starts
+// on it at once. Otherwise nothing would translate the ClusterIP (a fresh node, or a baseline agent that lost the
+// backend), and the agent starts as an operator brings a cluster up: first against the control-plane node's
 // kube-apiserver by a name its certificate holds, until its programs are attached and its load balancer holds the
-// `kubernetes` Service; then again, on the ClusterIP, with the datapath in place (bpffs and /var/run/cilium outlive
-// the agent, docs/datapath.md).
+// `kubernetes` Service; then again, on the ClusterIP, with the datapath in place.
 func (c *Cluster) startBaseline(ctx context.Context, n *Node, inst *installation, stored *corev1.Pod, configMaps map[string]map[string]string) error {
 	pod := ciliumchart.DaemonSetPod(inst.rendered, n.Name)
 	pod.ObjectMeta = *stored.ObjectMeta.DeepCopy()
 	pod.Spec.NodeName = stored.Spec.NodeName
 	configMaps = maps.Clone(configMaps)
 	configMaps[cilium.ConfigMapName] = inst.config.Data
-	if err := n.restart(ctx, c.env, bootstrapPod(pod, c.Node(BaselineControlPlane).IP), configMaps); err != nil {
+	controlPlane := c.Node(BaselineControlPlane)
+	advertised, err := controlPlane.ServeAdvertised()
+	if err != nil {
+		return err
+	}
+	// The running agent follows the `kubernetes` EndpointSlice within seconds when it is connected.
+	if testenv.WaitFor(ctx, 10*time.Second, func(context.Context) (bool, error) { return n.clusterIPLeadsTo(ctx, advertised), nil }) == nil {
+		return n.restart(ctx, c.env, pod, configMaps)
+	}
+	if err := n.restart(ctx, c.env, bootstrapPod(pod, controlPlane.IP), configMaps); err != nil {
 		return fmt.Errorf("bootstrapping the baseline agent of %s: %w", n.Name, err)
 	}
 	if err := n.WaitUntilReady(ctx); err != nil {
@@ -208,9 +219,11 @@ func (n *Node) AgentPeers() ([]string, error) {
 // `kubernetes` ClusterIP there.
 func (n *Node) ThroughClusterIP(ctx context.Context, advertised string) bool {
 	peers, err := n.AgentPeers()
-	if err != nil || !slices.Contains(peers, advertised) {
-		return false
-	}
+	return err == nil && slices.Contains(peers, advertised) && n.clusterIPLeadsTo(ctx, advertised)
+}
+
+// clusterIPLeadsTo says whether the node's agent's load balancer sends the `kubernetes` ClusterIP to backend.
+func (n *Node) clusterIPLeadsTo(ctx context.Context, backend string) bool {
 	backends, err := n.Backends(ctx, podrun.ClusterIP, 443)
-	return err == nil && slices.ContainsFunc(backends, func(b string) bool { return strings.HasPrefix(b, advertised+" ") })
+	return err == nil && slices.ContainsFunc(backends, func(b string) bool { return strings.HasPrefix(b, backend+" ") })
 }

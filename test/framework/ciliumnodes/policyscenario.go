@@ -23,25 +23,26 @@ const PolicyPort = 8080
 
 // PolicyScenario is a NetworkPolicy over workload pods on ScenarioNodes, for watching it through kube-apiserver's
 // restarts (issue 44, docs/development/workload-pods.md): on each node a server under the policy, and on the next node
-// two clients of it, the one the policy lets in (role a) and the one it keeps out (role b), so that every node's
-// policy is checked from another node (with two workers, a worker's from the control-plane node and from the other
-// worker).
+// two clients of it, one of role restart-a and one of role restart-b, the one the policy lets in and the one it keeps
+// out, so that every node's policy is checked from another node (with two workers, a worker's from the control-plane
+// node and from the other worker). TurnAround swaps the roles, as often as a case restarts.
 type PolicyScenario struct {
 	Flows  []*PolicyFlow
 	c      *Cluster
 	policy *networkingv1.NetworkPolicy
 	pods   []*WorkloadPod
 	stops  []func()
+	turns  int
 	// Logf, when set, is told of every pod started.
 	Logf func(format string, args ...any)
 }
 
-// PolicyFlow is a server and its clients: A allowed and B denied until TurnAround swaps them, NewB of B's role started
-// after that.
+// PolicyFlow is a server and its clients: Allowed and Denied by the policy now, and New, of Allowed's role, started by
+// the last TurnAround.
 type PolicyFlow struct {
-	Node               string
-	Server, A, B, NewB *WorkloadPod
-	c                  *Cluster
+	Node                         string
+	Server, Allowed, Denied, New *WorkloadPod
+	c                            *Cluster
 }
 
 // ScenarioNodes are the nodes of the policy scenario: the one control-plane node, whose kube-apiserver restarts (Gardener
@@ -76,10 +77,10 @@ func (c *Cluster) StartPolicyScenario(ctx context.Context, logf func(string, ...
 	for i, f := range s.Flows {
 		other := nodes[(i+1)%len(nodes)]
 		var err error
-		if f.A, err = s.startPod(ctx, other, "restart-a-"+other, map[string]string{"role": "restart-a"}, true); err != nil {
+		if f.Allowed, err = s.startPod(ctx, other, "restart-a-"+other, map[string]string{"role": "restart-a"}, true); err != nil {
 			return s, err
 		}
-		if f.B, err = s.startPod(ctx, other, "restart-b-"+other, map[string]string{"role": "restart-b"}, true); err != nil {
+		if f.Denied, err = s.startPod(ctx, other, "restart-b-"+other, map[string]string{"role": "restart-b"}, true); err != nil {
 			return s, err
 		}
 	}
@@ -91,7 +92,7 @@ func (c *Cluster) StartPolicyScenario(ctx context.Context, logf func(string, ...
 		return s, err
 	}
 	for _, f := range s.Flows {
-		if _, err := f.WaitEnforced(ctx, f.A, f.B, 3*time.Minute); err != nil {
+		if _, err := f.WaitEnforced(ctx, f.Allowed, f.Denied, 3*time.Minute); err != nil {
 			return s, fmt.Errorf("the policy: %w", err)
 		}
 	}
@@ -126,8 +127,8 @@ func (s *PolicyScenario) startPod(ctx context.Context, node, name string, labels
 	return p, err
 }
 
-// Through runs restart while checking every flow again and again (A connects, B is dropped), and returns when
-// kube-apiserver was healthy again and what broke the policy meanwhile.
+// Through runs restart while checking every flow again and again (the allowed client connects, the denied one is
+// dropped), and returns when kube-apiserver was healthy again and what broke the policy meanwhile.
 func (s *PolicyScenario) Through(restart func() error) (time.Time, []string, error) {
 	watching, stopWatching := context.WithCancel(context.Background())
 	violations := watchPolicy(watching, s.Flows)
@@ -177,22 +178,28 @@ func (s *PolicyScenario) Restart(ctx context.Context, r APIServerRestart, timeou
 	return conv, errors.Join(errs...)
 }
 
-// TurnAround lets the B clients in and keeps the A clients out, and starts a new pod of B's role on each node, not
-// waiting for its identity: how long that takes after a restart is part of what EnforcedAfterTurn measures.
+// TurnAround swaps the roles: the denied clients are let in and the allowed ones kept out, and a new pod of the role
+// now allowed starts on each client node, not waiting for its identity: how long that takes after a restart is part of
+// what EnforcedAfterTurn measures.
 func (s *PolicyScenario) TurnAround(ctx context.Context) error {
+	s.turns++
+	for _, f := range s.Flows {
+		f.Allowed, f.Denied = f.Denied, f.Allowed
+	}
+	role := s.Flows[0].Allowed.Pod.Labels["role"]
 	if err := retry.OnError(retry.DefaultBackoff, func(error) bool { return true }, func() error {
 		if err := s.c.env.Client.Get(ctx, client.ObjectKeyFromObject(s.policy), s.policy); err != nil {
 			return err
 		}
-		s.policy.Spec = PolicyAllowing(map[string]string{"app": "restart-server"}, map[string]string{"role": "restart-b"})
+		s.policy.Spec = PolicyAllowing(map[string]string{"app": "restart-server"}, map[string]string{"role": role})
 		return s.c.env.Client.Update(ctx, s.policy)
 	}); err != nil {
 		return fmt.Errorf("turning the policy around: %w", err)
 	}
 	for _, f := range s.Flows {
-		node := f.A.Node.Name
+		node := f.Allowed.Node.Name
 		var err error
-		if f.NewB, err = s.startPod(ctx, node, "restart-new-"+node, map[string]string{"role": "restart-b"}, false); err != nil {
+		if f.New, err = s.startPod(ctx, node, fmt.Sprintf("restart-new-%d-%s", s.turns, node), map[string]string{"role": role}, false); err != nil {
 			return err
 		}
 	}
@@ -204,19 +211,19 @@ func (s *PolicyScenario) TurnAround(ctx context.Context) error {
 func (f *PolicyFlow) EnforcedAfterTurn(ctx context.Context, timeout time.Duration) (time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if err := f.c.WaitForIdentity(ctx, f.NewB, timeout); err != nil {
+	if err := f.c.WaitForIdentity(ctx, f.New, timeout); err != nil {
 		return time.Time{}, err
 	}
-	enforced, err := f.WaitEnforced(ctx, f.B, f.A, timeout)
+	enforced, err := f.WaitEnforced(ctx, f.Allowed, f.Denied, timeout)
 	if err != nil {
 		return time.Time{}, err
 	}
 	var reached time.Time
 	if err := testenv.WaitFor(ctx, timeout, func(context.Context) (bool, error) {
 		reached = time.Now()
-		return f.NewB.Dial(f.Server, PolicyPort, 2*time.Second) == nil, nil
+		return f.New.Dial(f.Server, PolicyPort, 2*time.Second) == nil, nil
 	}); err != nil {
-		return time.Time{}, fmt.Errorf("the new pod %s does not reach %s: %w", f.NewB.Pod.Name, f.Server.Pod.Name, err)
+		return time.Time{}, fmt.Errorf("the new pod %s does not reach %s: %w", f.New.Pod.Name, f.Server.Pod.Name, err)
 	}
 	if reached.After(enforced) {
 		return reached, nil
@@ -260,7 +267,7 @@ func PolicyAllowing(server, from map[string]string) networkingv1.NetworkPolicySp
 }
 
 // watchPolicy checks every flow again and again until ctx ends: A connects, B is dropped. It returns what broke that:
-// B connecting at all, A failing twice in a row (once may be the machine's load).
+// the denied client connecting at all, the allowed one failing twice in a row (once may be the machine's load).
 func watchPolicy(ctx context.Context, flows []*PolicyFlow) func() []string {
 	var (
 		mu         sync.Mutex
@@ -270,20 +277,20 @@ func watchPolicy(ctx context.Context, flows []*PolicyFlow) func() []string {
 	started := time.Now()
 	for _, f := range flows {
 		done.Go(func() {
-			var aFailed error
+			var allowedFailed error
 			for ctx.Err() == nil {
-				aErr, bErr := f.A.Dial(f.Server, PolicyPort, 3*time.Second), f.B.Dial(f.Server, PolicyPort, 3*time.Second)
+				allowedErr, deniedErr := f.Allowed.Dial(f.Server, PolicyPort, 3*time.Second), f.Denied.Dial(f.Server, PolicyPort, 3*time.Second)
 				if ctx.Err() != nil {
 					return
 				}
 				at := time.Since(started).Round(100 * time.Millisecond)
 				mu.Lock()
-				if aErr != nil && aFailed != nil {
-					violations = append(violations, fmt.Sprintf("%s to %s failed twice in a row, after %s: %v, %v", f.A.Pod.Name, f.Server.Pod.Name, at, aFailed, aErr))
+				if allowedErr != nil && allowedFailed != nil {
+					violations = append(violations, fmt.Sprintf("%s to %s failed twice in a row, after %s: %v, %v", f.Allowed.Pod.Name, f.Server.Pod.Name, at, allowedFailed, allowedErr))
 				}
-				aFailed = aErr
-				if !Dropped(bErr) {
-					violations = append(violations, fmt.Sprintf("%s to %s was not dropped after %s: %v", f.B.Pod.Name, f.Server.Pod.Name, at, bErr))
+				allowedFailed = allowedErr
+				if !Dropped(deniedErr) {
+					violations = append(violations, fmt.Sprintf("%s to %s was not dropped after %s: %v", f.Denied.Pod.Name, f.Server.Pod.Name, at, deniedErr))
 				}
 				mu.Unlock()
 			}
