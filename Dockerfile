@@ -1,5 +1,7 @@
-# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
 #
+# SPDX-License-Identifier: Apache-2.0
+
 # The extension's image: the static binary hack/build.sh builds (bin/linux_<arch>/, built before the image: make image)
 # on Gardener's distroless static nonroot base, as Gardener's extensions ship. Without a registry (make image here),
 # BASE_IMAGE=distroless-files builds it on scratch plus the files that base gives the extension (hack/image/build.sh

@@ -1,3 +1,7 @@
+# SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+#
+# SPDX-License-Identifier: Apache-2.0
+
 # gardener-extension-cilium-selfhosted
 #
 #   make demo   the main job: a self-hosted shoot in an embedded control plane, with the extension and Cilium's chart
@@ -139,6 +143,8 @@ print-test-env:
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
+	@unlicensed=$$(git ls-files '*.go' '*.sh' Makefile Dockerfile .ci/run | xargs grep -L 'SPDX-FileCopyrightText'); \
+	  if [ -n "$$unlicensed" ]; then echo "no SPDX header (hack/boilerplate.go.txt's): $$unlicensed"; exit 1; fi
 	$(BUILD_ENV) $(STATIC) $(GO) vet -trimpath ./...
 
 # Deepcopy, conversion and defaulting code of pkg/apis, and example/controller-registration.yaml from the chart.

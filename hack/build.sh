@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
 #
+# SPDX-License-Identifier: Apache-2.0
+
 # Builds the extension's binary as its image holds it, for linux and the architecture given (default: this machine's),
 # into bin/linux_<arch>/, and prints its path. The image, make build, the demo and the suites all build it here, so
 # that what a node pulls is what the suites ran, compiled once.

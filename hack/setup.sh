@@ -1,4 +1,8 @@
 #!/usr/bin/env bash
+# SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+#
+# SPDX-License-Identifier: Apache-2.0
+
 # Sets this machine up for `make test`, `make demo` and `make bench` (and `.ci/run`, which calls it): installs the
 # system packages the suites need that are missing. This is the one list of them.
 #

@@ -1,4 +1,8 @@
 #!/usr/bin/env bash
+# SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+#
+# SPDX-License-Identifier: Apache-2.0
+
 # Regenerates deepcopy, conversion and defaulting code of pkg/apis with the generators pinned in hack/tools.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Command bench measures the webhook and the exposure against their floors, side by side, and writes a Markdown table
 // and JSON under bench/results (make bench).
 package main

@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -68,15 +72,14 @@ func restartWithExtension(ctx context.Context, cluster *ciliumnodes.Cluster, kin
 		return nil, 0, err
 	}
 	fmt.Printf("   %s: converged after %v, %d violations\n", kind.Name, conv.Enforced, len(conv.Violations))
-	// A slow node's agent says why in its log (docs/development/workload-pods.md, "Measured": the tail): its
-	// watches' failures and retries.
+	// A slow node's agent says when the policy reached it (docs/development/workload-pods.md, "Measured": the tail).
 	for node, took := range conv.Enforced {
 		if took > slowConvergence {
-			watches := slices.DeleteFunc(strings.Split(cluster.Node(node).AgentLog(), "\n"), func(line string) bool {
-				return !strings.Contains(line, "watch") && !strings.Contains(line, "reflector")
+			policy := slices.DeleteFunc(strings.Split(cluster.Node(node).AgentLog(), "\n"), func(line string) bool {
+				return !strings.Contains(line, "policy-k8s-watcher") && !strings.Contains(line, "reflector") && !strings.Contains(line, "Failed to watch")
 			})
-			fmt.Printf("   --- the agent on %s, %s after kube-apiserver was healthy: its log on watches ---\n%s\n", node, took.Round(100*time.Millisecond),
-				strings.Join(watches[max(0, len(watches)-30):], "\n"))
+			fmt.Printf("   --- the agent on %s, %s after kube-apiserver was healthy (%s): what its policy watcher logged ---\n%s\n", node, took.Round(100*time.Millisecond),
+				conv.Healthy.Format("15:04:05.000"), strings.Join(policy[max(0, len(policy)-8):], "\n"))
 		}
 	}
 	return slices.Collect(maps.Values(conv.Enforced)), len(conv.Violations), nil

@@ -1,4 +1,8 @@
 #!/usr/bin/env bash
+# SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+#
+# SPDX-License-Identifier: Apache-2.0
+
 # Builds one of Cilium's binaries from the github.com/cilium/cilium module pinned in this folder's go.mod (Cilium 1.19)
 # or, given a Cilium line, in v<line>/go.mod (v1.20: Cilium 1.20), into a cache outside the repository; rebuilt only
 # when missing. Prints the binary's path.

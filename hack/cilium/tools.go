@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 //go:build tools
 
 // Package tools keeps the Cilium binaries the tests run in this wrapper module's build list, so that build.sh builds

@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Command demo shows the extension at work on a self-hosted shoot in an embedded control plane: kube-apiserver and
 // etcd built from source with Gardener's and Cilium's CRDs, a self-hosted Cluster with 3 control-plane and 2 worker
 // Nodes, the extension binary and Cilium's real operator started with their production flags, and Cilium's real

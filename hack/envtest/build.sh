@@ -1,4 +1,8 @@
 #!/usr/bin/env bash
+# SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+#
+# SPDX-License-Identifier: Apache-2.0
+
 # Builds the envtest control plane (kube-apiserver, etcd; kube-controller-manager and kube-scheduler for the suites that
 # need Kubernetes' own controllers and scheduler; kubectl for the steps of docs/usage/install.md) from Go modules into
 # a cache outside the repository, because envtest binaries cannot be downloaded here and CI clones the repository

@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Command generate-controller-registration writes the registrations of example/ from the chart: the
 // ControllerDeployment with the chart inlined and the ControllerRegistration (controller-registration.yaml), and the
 // operator Extension of the chart's OCI repository (extension.yaml).

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
 #
+# SPDX-License-Identifier: Apache-2.0
+
 # Builds the extension's image from the Dockerfile for each platform of PLATFORMS (default linux/amd64,linux/arm64)
 # into one index, writes it to the OCI layout IMAGE_LAYOUT (default bin/image/oci) under the tag of VERSION, and prints the index's digest
 # and each image's size. Offline by default: BASE_IMAGE=distroless-files, scratch plus the files Gardener's distroless

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
 #
+# SPDX-License-Identifier: Apache-2.0
+
 # Prints the path of Debian's docker-registry binary (the CNCF distribution registry, v2) in the tools' cache, unpacked
 # there first when missing: apt-get download and dpkg -x, so that no package is installed and no service starts. The
 # registry suite runs it on 127.0.0.1 with a configuration of its own (test/framework/registry).

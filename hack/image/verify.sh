@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
 #
+# SPDX-License-Identifier: Apache-2.0
+
 # Checks that the image is reproducible: builds the commit's image here (hack/image/build.sh), then again from a fresh
 # clone at another path with an empty Go build cache, and compares the two index digests.
 set -euo pipefail

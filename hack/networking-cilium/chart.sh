@@ -1,4 +1,8 @@
 #!/usr/bin/env bash
+# SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+#
+# SPDX-License-Identifier: Apache-2.0
+
 # Finds Gardener's networking-cilium chart (charts/internal/cilium of gardener/gardener-extension-networking-cilium,
 # which the Go module proxy does not serve) at the pinned commit, and prints its directory. Tried in this order:
 #   1. $NETWORKING_CILIUM_CHART, a chart directory the user chose, which wins over anything found;

@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Command testreport runs `go test -json ...` (its arguments; several side by side, separated by a lone ";") and prints, as `go test` without -v would, each
 // package's result and what its TestMain said, and the whole output of every failed test; it ends with what did not
 // run: the tests skipped and why, and the suites that could not run (a missing prerequisite, a failed build) with their

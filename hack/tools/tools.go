@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 //go:build tools
 
 // Package tools pins the code generators of `make generate`, kept out of the main module's build list.

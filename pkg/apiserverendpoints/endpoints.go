@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package apiserverendpoints derives how Cilium reaches kube-apiserver on a self-hosted shoot without depending on
 // anything Cilium provides itself, and builds the ConfigMap that carries the control-plane endpoints to Cilium pods.
 //

@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package apiserverfailover is how the extension's own clients reach kube-apiserver on a self-hosted shoot: their
 // node's kube-apiserver at localhost (KUBERNETES_SERVICE_HOST in the extension's chart), and when that cannot be
 // reached, the other control-plane nodes' kube-apiservers. Without it a replica whose node's kube-apiserver stopped is

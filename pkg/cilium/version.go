@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package cilium holds what this extension knows about Cilium itself: which workloads and containers talk to
 // kube-apiserver, how a Cilium version is read from an image, and which behaviour each version has.
 package cilium

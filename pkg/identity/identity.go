@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package identity is how this extension names itself to the cluster: the field owner of what it applies and the
 // label that marks what it owns. The webhook half and the exposure half both write objects under it.
 package identity

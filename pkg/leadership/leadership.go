@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package leadership runs the leader-elected half of a process in terms, so that losing the leader lease, or
 // kube-apiserver going away, ends a term and never the process.
 //

@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package scheme is the one runtime.Scheme of this extension: Kubernetes' built-in types and Gardener's extension and
 // resource APIs and Cilium's, which the webhook, the controllers and the tests share.
 package scheme

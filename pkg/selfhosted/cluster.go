@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package selfhosted tells whether the cluster this extension runs in is a Gardener self-hosted shoot (GEP-36).
 package selfhosted
 

@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package webhookserver bounds what a caller can hold of the webhook server. On a self-hosted shoot the server listens
 // in the host network of the control-plane nodes, next to etcd and kube-apiserver, and anyone on the node network can
 // connect; controller-runtime bounds a request's header (ReadHeaderTimeout 32 s, MaxHeaderBytes 1 MiB,

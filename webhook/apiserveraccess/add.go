@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package apiserveraccess is the admission webhook that keeps Cilium on a self-hosted shoot from depending on itself to
 // reach kube-apiserver: Cilium pods on control-plane nodes use https://localhost:443, all others the control-plane
 // nodes' InternalIPs, never the `kubernetes` ClusterIP, the exposure VIP or the external domain.

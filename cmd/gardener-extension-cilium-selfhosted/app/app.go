@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package app is the command of gardener-extension-cilium-selfhosted, assembled from Gardener's extension option
 // aggregators so that it takes the flags every Gardener extension takes.
 package app

@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Command etcd is the upstream etcd server, built from its Go module so that envtest needs no downloaded binaries.
 package main
 

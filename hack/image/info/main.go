@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Command info prints the digest of the image index make image wrote into an OCI layout and the size of each of its
 // images (manifest, config and compressed layers: what a node pulls).
 //

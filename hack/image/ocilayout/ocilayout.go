@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package ocilayout reads the image index that make image writes into an OCI layout by the tag it gives it: one
 // reading for make push, make image's report and the suites.
 package ocilayout

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
 // SPDX-License-Identifier: Apache-2.0
 
 // Command push publishes what make image built: the image index that the OCI layout holds under VERSION's tag to

@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package endpointsconfigmap is the controller that keeps the endpoints ConfigMap, which Cilium's pod templates
 // reference, current from the control-plane Nodes.
 package endpointsconfigmap

@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package l2handover hands Cilium's L2 announcement lease of an exposure's VIP to this replica's own control-plane
 // node when the node that holds it has lost its kube-apiserver, instead of waiting for the lease to expire, and takes
 // a lease its holder released for this node when its agent's L2 responder answers, before a fresh agent takes it.

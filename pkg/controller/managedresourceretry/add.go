@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package managedresourceretry is the controller that has Gardener's resource manager apply Cilium's ManagedResource
 // again at once when the keep-pinned admission policies refused its last apply while the webhook did not answer.
 package managedresourceretry

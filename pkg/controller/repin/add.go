@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package repin is the controller that recreates Cilium's pods whose way to kube-apiserver went stale: admitted with
 // control-plane addresses that are no longer members (a node replaced at a new address, `gardenadm restore` onto new
 // nodes, a DHCP lease that moved), or admitted while the webhook did not answer. kubelet writes a pod's hostAliases

@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 package selfhostedshootexposure
 
 import (
@@ -108,7 +112,7 @@ func (a *actuator) Reconcile(ctx context.Context, log logr.Logger, exp *extensio
 	ciliumConfig := &corev1.ConfigMap{}
 	if err := a.reader.Get(ctx, client.ObjectKey{Namespace: cilium.Namespace, Name: cilium.ConfigMapName}, ciliumConfig); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("Cilium is not installed: ConfigMap %s/%s not found", cilium.Namespace, cilium.ConfigMapName)
+			return nil, fmt.Errorf("no Cilium installed: ConfigMap %s/%s not found", cilium.Namespace, cilium.ConfigMapName)
 		}
 		return nil, err
 	}
@@ -212,11 +216,11 @@ func (a *actuator) waitForIngress(ctx context.Context, desired *corev1.Service, 
 			return false, err
 		}
 		if c := meta.FindStatusCondition(pool.Status.Conditions, conditionPoolConflict); c != nil && c.Status == metav1.ConditionTrue {
-			return false, fmt.Errorf("Cilium rejects CiliumLoadBalancerIPPool %s: it conflicts with another pool: %s", poolName, c.Message)
+			return false, fmt.Errorf("CiliumLoadBalancerIPPool %s is rejected by Cilium: it conflicts with another pool: %s", poolName, c.Message)
 		}
 		for _, in := range svc.Status.LoadBalancer.Ingress {
 			if ip, err := netip.ParseAddr(in.IP); err != nil || !configured.Contains(ip) {
-				return false, fmt.Errorf("Cilium assigned %s to Service %s/%s, which is not in the exposure's pool: another CiliumLoadBalancerIPPool selects the Service", in.IP, svc.Namespace, svc.Name)
+				return false, fmt.Errorf("the VIP %s that Cilium assigned to Service %s/%s is not in the exposure's pool: another CiliumLoadBalancerIPPool selects the Service", in.IP, svc.Namespace, svc.Name)
 			}
 		}
 		return len(svc.Status.LoadBalancer.Ingress) > 0, nil

@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package selfhostedshootexposure is the controller of SelfHostedShootExposures of type cilium: it exposes
 // kube-apiserver on a VIP that Cilium assigns (LB-IPAM) and announces (L2 or BGP), and reports it in status.ingress.
 package selfhostedshootexposure

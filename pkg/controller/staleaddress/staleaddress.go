@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package staleaddress replaces this replica's own pod once its node no longer has the pod's address.
 //
 // The extension runs in the host network and binds its servers to the pod's address, and kubelet keeps a host-network

@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package ciliumconfig knows which `cilium-config` settings an exposure needs. The features come from the Shoot's
 // NetworkConfig through networking-cilium, and the exposure checks that they arrived; the webhook only fills in the
 // L2 lease timings the NetworkConfig leaves unset and keeps the agents' client rate limit at Cilium's defaults.

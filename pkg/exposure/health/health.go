@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package health probes the kube-apiserver behind each endpoint of the exposures, so that the VIP sends new
 // connections only to kube-apiservers that are ready. A prober per endpoint address, shared by the exposures that list
 // it, asks `GET /readyz` over HTTPS about once a second, verifying the certificate under the name Cilium's connections

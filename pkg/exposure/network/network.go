@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package network holds the address types the exposure works with: the shoot's IP families and the parsed address
 // pool of the VIP.
 package network

@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package resources builds, as pure functions of the exposure and its configuration, the objects that expose
 // kube-apiserver on a Cilium VIP: a selector-less LoadBalancer Service with a Cilium loadBalancerClass, EndpointSlices
 // with the control-plane node IPs, a CiliumLoadBalancerIPPool for the VIP, and a CiliumL2AnnouncementPolicy or the

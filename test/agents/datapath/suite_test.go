@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package datapath runs Cilium's real agents on network-namespace nodes (test/framework/ciliumnodes), exactly as the pods the
 // webhook admitted from Gardener's and upstream's charts would run them, and observes where they connect, that the
 // exposure's VIP is announced and serves kube-apiserver, and how it fails over.

@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package bpfobjects keeps the BPF objects Cilium's agents on the test nodes compile, so that an agent that starts
 // again on its node with the same settings gets the object of a compilation that ran before instead of compiling it
 // anew (a node's addresses and MACs are in its programs, so nodes do not share objects): its

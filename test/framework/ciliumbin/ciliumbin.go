@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package ciliumbin finds Cilium's binaries that tests run: built from the cilium module pinned in hack/cilium by its
 // build.sh into the tool cache, or given by an environment variable.
 package ciliumbin

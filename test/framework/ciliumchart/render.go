@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package ciliumchart renders Cilium's real Helm chart, straight from the github.com/cilium/cilium module of a given
 // version in the module cache, into typed objects, so that tests mutate exactly what Cilium ships.
 package ciliumchart

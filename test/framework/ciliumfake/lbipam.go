@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package ciliumfake holds the test doubles of Cilium's components for the suites that run without them: LBIPAM
 // stands for cilium-operator (LB-IPAM and the BGP control plane's node configs), Announcer for one node's cilium-agent
 // as an L2 announcer or BGP speaker. test/integration and the bench's envtest sections use both; test/operator and the

@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package ciliumnodes runs Cilium's real agents, built from the cilium module, on nodes that are network namespaces on
 // a bridge, exactly as the pods the webhook admitted would run them, for the datapath suite, the demo and the bench.
 //

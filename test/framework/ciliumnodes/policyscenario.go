@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 package ciliumnodes
 
 import (
@@ -138,10 +142,12 @@ func (s *PolicyScenario) Through(restart func() error) (time.Time, []string, err
 	return healthy, violations(), err
 }
 
-// Convergence is how the scenario came through a restart: what broke the policy during the outage, and per node the
-// time from kube-apiserver healthy to the turned-around policy enforced and the new pod reached.
+// Convergence is how the scenario came through a restart: what broke the policy during the outage, when
+// kube-apiserver was healthy again, and per node the time from then to the turned-around policy enforced and the new
+// pod reached.
 type Convergence struct {
 	Violations []string
+	Healthy    time.Time
 	Enforced   map[string]time.Duration
 }
 
@@ -150,7 +156,7 @@ type Convergence struct {
 // every node that did not.
 func (s *PolicyScenario) Restart(ctx context.Context, r APIServerRestart, timeout time.Duration) (Convergence, error) {
 	healthy, violations, err := s.Through(func() error { return s.c.RestartAPIServer(r) })
-	conv := Convergence{Violations: violations, Enforced: map[string]time.Duration{}}
+	conv := Convergence{Violations: violations, Healthy: healthy, Enforced: map[string]time.Duration{}}
 	if err != nil {
 		return conv, err
 	}

@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package ciliumoperator runs Cilium's real operator (built from the cilium module by hack/cilium/build.sh)
 // as a process against the envtest kube-apiserver, so that LB-IPAM and the BGP control plane are Cilium's own.
 package ciliumoperator

@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package frr runs a BGP router for the suites: FRR's zebra and bgpd from Debian's frr package (hack/setup.sh installs
 // it and keeps its service from ever starting), as an operator's top-of-rack router runs them.
 //

@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package helm renders Helm charts with the Helm Go SDK into typed objects, for tests: Cilium's chart from the module
 // cache and this extension's own chart.
 package helm

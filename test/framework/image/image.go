@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package image builds the extension's image as make image does, for this machine's architecture, and runs images
 // with podman as a node's container runtime would, in storage of the suite's own.
 package image

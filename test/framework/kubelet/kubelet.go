@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package kubelet stands for the kubelets of a test cluster's nodes, which cannot run here (no container runtime): it
 // reports every pod bound to one of its nodes as running and ready, as kubelet does once the containers started and
 // the readiness probe passed, and finishes the deletion of pods that are terminating, as kubelet does once their

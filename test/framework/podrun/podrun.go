@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package podrun runs a container of an admitted Cilium pod the way kubelet would run it on a node of a self-hosted
 // shoot, with the real Cilium binary, so that tests and the demo observe which kube-apiserver it reaches and whether
 // it verifies the certificate.

@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package reaper makes sure that nothing a test binary starts outlives it, even when it panics, times out or is
 // killed: Confine moves the test binary into a cgroup of its own, so that every process it starts, their children and
 // the processes envtest starts with only a process group of their own are in it, and starts a reaper process outside

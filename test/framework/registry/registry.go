@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package registry runs Debian's docker-registry (the CNCF distribution registry, v2) on 127.0.0.1 for a suite: the
 // registry an operator pushes the extension's image and chart to, and gardenlet and the nodes pull them from.
 package registry

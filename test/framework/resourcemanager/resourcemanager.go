@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package resourcemanager delivers objects to a test cluster the way Gardener does on a self-hosted shoot: as a
 // ManagedResource (Gardener's managedresources helpers, as gardenlet, gardenadm and networking-cilium call them),
 // applied by the managedresource reconciler of Gardener's own resource manager

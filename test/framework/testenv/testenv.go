@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package testenv starts the envtest control plane (kube-apiserver and etcd built from source by
 // hack/envtest/build.sh) with Gardener's CRDs from the gardener module, and runs the extension against it with the
 // flags it takes in production.

@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package publish is the suite of the registry path: the image make image builds and the chart, published with make
 // push to a real registry (Debian's docker-registry on 127.0.0.1), the chart pulled through Gardener's HelmRegistry
 // and rendered as gardenlet's ControllerInstallation reconciler renders it for a self-hosted shoot, and the image its

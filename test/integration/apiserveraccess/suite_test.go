@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package apiserveraccess_test runs the extension (the same command and flags as in production) against a real
 // kube-apiserver and checks that Cilium's objects come back from the API server pinned to the control plane.
 package apiserveraccess_test

@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package beforecilium_test starts the extension on a self-hosted shoot before Cilium is installed, as gardenadm
 // does: Cilium's CRDs come only later, with cilium-operator. The webhook must serve from the start, and exposures
 // must work once the CRDs are there.

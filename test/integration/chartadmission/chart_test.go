@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package chartadmission sends the objects of Cilium's real charts, upstream's for each supported version and Gardener's
 // networking-cilium, through the webhooks' admission handlers as kube-apiserver would, and checks what comes back.
 package chartadmission_test

@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package hostileworker_test checks what root on one worker can write on the self-hosted shoot with the tokens it
 // holds (Cilium's agent and operator, node-problem-detector, the node's kubelet and gardener-node-agent, each with
 // the RBAC networking-cilium's chart and Gardener give it) against the chart's admission policies, beside the writes

@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package rollout_test rolls the extension's own workload out as a real cluster does: Kubernetes' kube-controller-manager
 // (DaemonSet, Deployment, ReplicaSet and pod garbage-collection controllers) and kube-scheduler run against the suite's
 // kube-apiserver; test/framework/kubelet stands for the kubelets, which cannot run here. Health is judged with Gardener's own

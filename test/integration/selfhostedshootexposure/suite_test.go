@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package selfhostedshootexposure_test runs the extension against a real kube-apiserver with Gardener's and Cilium's
 // CRDs and checks the whole life of a cilium SelfHostedShootExposure, with a helper that plays Cilium's LB-IPAM.
 package selfhostedshootexposure_test

@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package connect starts Cilium's real operator and the agent's `cilium-dbg build-config` exactly as the pods the
 // webhook admitted would run them (test/framework/podrun), against a kube-apiserver that serves a certificate generated as
 // Gardener generates it for a self-hosted shoot (no node IP), and checks which kube-apiserver address each reaches and

@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package exposure runs the extension binary with its production flags next to Cilium's real operator (LB-IPAM, BGP
 // control plane) against the envtest control plane, with Gardener's and Cilium's CRDs and a self-hosted shoot of 3
 // control-plane and 2 worker nodes.

@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package extensionpod_test runs the extension's image, as make image builds it, as the pod of its chart would run on
 // cp-0 (test/framework/podrun with podman: in a network namespace standing for the node, with its ServiceAccount's
 // token and the cluster CA, the container's security context), against a real kube-apiserver that serves a

@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Package freshclone checks what a newcomer's clone does on a machine without the folder of reference inputs beside
 // it: networking-cilium's chart is fetched at the pinned commit by the project's own script (from a local repository
 // served as a file URL, standing for GitHub, which neither this machine nor CI reaches), the suites find it there, and

@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Command kube-apiserver is the upstream kube-apiserver, built from the k8s.io/kubernetes module so that envtest
 // needs no downloaded binaries.
 package main

@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Command kube-scheduler is the upstream kube-scheduler, built from the k8s.io/kubernetes module: the suites that need
 // pods placed as on a real cluster (node selectors, taints, anti-affinity) run it.
 package main

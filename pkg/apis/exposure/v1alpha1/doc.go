@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // +k8s:deepcopy-gen=package
 // +k8s:conversion-gen=github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure
 // +k8s:openapi-gen=true

@@ -1,3 +1,7 @@
+// SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+//
+// SPDX-License-Identifier: Apache-2.0
+
 // Command clang is what Cilium's agents on the test nodes run as clang: it hands a compilation to the real clang
 // (test/framework/bpfobjects) unless the same compilation ran before, whose object it writes instead. Anything else
 // goes to clang as it is.
