@@ -143,7 +143,7 @@ print-test-env:
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
-	@unlicensed=$$(git ls-files '*.go' '*.sh' Makefile Dockerfile .ci/run | xargs grep -L 'SPDX-FileCopyrightText'); \
+	@unlicensed=$$(git ls-files '*.go' '*.sh' '*.yaml' '*.tpl' Makefile Dockerfile .ci/run | xargs grep -L 'SPDX-FileCopyrightText'); \
 	  if [ -n "$$unlicensed" ]; then echo "no SPDX header (hack/boilerplate.go.txt's): $$unlicensed"; exit 1; fi
 	$(BUILD_ENV) $(STATIC) $(GO) vet -trimpath ./...
 

@@ -1,3 +1,8 @@
+{{- /*
+SPDX-FileCopyrightText: SAP SE or an SAP affiliate company and Gardener contributors
+
+SPDX-License-Identifier: Apache-2.0
+*/ -}}
 {{- define "name" -}}
 gardener-extension-cilium-selfhosted
 {{- end -}}
