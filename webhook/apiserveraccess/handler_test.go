@@ -96,14 +96,13 @@ func TestPatchEqualsTheGenericDiff(t *testing.T) {
 		"host aliases, volumes and mounts added": {pod(nil, nil), withVolumes(pod(nil, nil), 1)},
 		"host aliases, volumes and mounts grown": {withVolumes(pod(nil, nil), 1), withVolumes(pod(nil, nil), 2)},
 	} {
-		want := apply(t, tc.original, nil)
 		originalRaw, _ := json.Marshal(tc.original)
 		mutatedRaw, _ := json.Marshal(tc.mutated)
 		generic, err := gomodulesjsonpatch.CreatePatch(originalRaw, mutatedRaw)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want = apply(t, tc.original, generic)
+		want := apply(t, tc.original, generic)
 		got := apply(t, tc.original, patchOf(t, tc.original, tc.mutated))
 		if !jsonpatch.Equal(got, want) {
 			t.Errorf("%s:\n got %s\nwant %s", name, got, want)
