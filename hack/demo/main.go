@@ -144,6 +144,7 @@ func run(extension, chart string, keep bool) error {
 	step("Summary: every Cilium component reached kube-apiserver without Cilium and verified Gardener's certificate " +
 		"(localhost on the control plane, the control-plane nodes under the server name elsewhere); kube-apiserver was exposed on a VIP assigned by Cilium's LB-IPAM, and deleting " +
 		"the exposure left nothing behind; as root, real agents connected the same way, announced the VIP, served kube-apiserver through it and failed it over, " +
+		"enforced a policy changed right after kube-apiserver's graceful restart within seconds (without the extension none reconnected), " +
 		"and with FRR advertised it over BGP to a router that spreads new connections over every control-plane node")
 
 	if keep {
