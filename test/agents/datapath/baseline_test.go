@@ -63,7 +63,7 @@ func TestBaselineWithoutExtension(t *testing.T) {
 			continue
 		}
 		// The policy before the turn-around, which let the clients now denied in.
-		if _, err := f.WaitEnforced(ctx, f.Denied, f.Allowed, 10*time.Second); err != nil {
+		if _, err := ciliumnodes.WaitEnforced(ctx, f.Server, f.Denied, f.Allowed, 10*time.Second); err != nil {
 			t.Errorf("without the extension, %s after the restart enforces neither policy: %v", f.Node, err)
 		}
 	}

@@ -96,7 +96,7 @@ func (c *Cluster) StartPolicyScenario(ctx context.Context, logf func(string, ...
 		return s, err
 	}
 	for _, f := range s.Flows {
-		if _, err := f.WaitEnforced(ctx, f.Allowed, f.Denied, 3*time.Minute); err != nil {
+		if _, err := WaitEnforced(ctx, f.Server, f.Allowed, f.Denied, 3*time.Minute); err != nil {
 			return s, fmt.Errorf("the policy: %w", err)
 		}
 	}
@@ -220,7 +220,7 @@ func (f *PolicyFlow) EnforcedAfterTurn(ctx context.Context, timeout time.Duratio
 	if err := f.c.WaitForIdentity(ctx, f.New, timeout); err != nil {
 		return time.Time{}, err
 	}
-	enforced, err := f.WaitEnforced(ctx, f.Allowed, f.Denied, timeout)
+	enforced, err := WaitEnforced(ctx, f.Server, f.Allowed, f.Denied, timeout)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -235,12 +235,6 @@ func (f *PolicyFlow) EnforcedAfterTurn(ctx context.Context, timeout time.Duratio
 		return reached, nil
 	}
 	return enforced, nil
-}
-
-// WaitEnforced waits up to timeout until allowed reaches f's server and denied's connection is dropped, and returns
-// when the probe that found it began.
-func (f *PolicyFlow) WaitEnforced(ctx context.Context, allowed, denied *WorkloadPod, timeout time.Duration) (time.Time, error) {
-	return WaitEnforced(ctx, f.Server, allowed, denied, timeout)
 }
 
 // WaitEnforced waits up to timeout until allowed reaches server's PolicyPort and denied's connection is dropped, and
