@@ -62,7 +62,7 @@ func policyRestarts(r *report, runs int) error {
 // restartWithExtension restarts kube-apiserver once under the policy scenario and returns, per node, the time from
 // kube-apiserver healthy to the turned-around policy enforced and the new pod reached, and the policy's violations.
 func restartWithExtension(ctx context.Context, cluster *ciliumnodes.Cluster, kind ciliumnodes.APIServerRestart) ([]time.Duration, int, error) {
-	s, err := cluster.StartPolicyScenario(ctx, nil)
+	s, err := cluster.StartPolicyScenario(ctx, "restart", cluster.ScenarioNodes(), nil)
 	defer s.Stop()
 	if err != nil {
 		return nil, 0, err
@@ -123,12 +123,12 @@ func baselineRestarts(ctx context.Context, r *report, cluster *ciliumnodes.Clust
 // baselineRestart restarts kube-apiserver once under the policy scenario without the extension and returns what
 // recovered within baselineWindow.
 func baselineRestart(ctx context.Context, cluster *ciliumnodes.Cluster, kind ciliumnodes.APIServerRestart) (ciliumnodes.Recovery, error) {
-	b, err := cluster.StartBaseline(ctx)
+	b, err := cluster.StartBaseline(ctx, cluster.Names())
 	defer func() { _ = b.Stop(context.Background()) }()
 	if err != nil {
 		return ciliumnodes.Recovery{}, err
 	}
-	s, err := cluster.StartPolicyScenario(ctx, nil)
+	s, err := cluster.StartPolicyScenario(ctx, "restart", cluster.ScenarioNodes(), nil)
 	defer s.Stop()
 	if err != nil {
 		return ciliumnodes.Recovery{}, err

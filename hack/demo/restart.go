@@ -75,7 +75,7 @@ func held(violations int) string {
 
 // restartWithExtension restarts kube-apiserver under the policy scenario with the agents as the webhook admitted them.
 func restartWithExtension(ctx context.Context, cluster *ciliumnodes.Cluster, r ciliumnodes.APIServerRestart) (restartResult, error) {
-	s, err := cluster.StartPolicyScenario(ctx, nil)
+	s, err := cluster.StartPolicyScenario(ctx, "restart", cluster.ScenarioNodes(), nil)
 	defer s.Stop()
 	if err != nil {
 		return restartResult{}, err
@@ -102,12 +102,12 @@ func restartWithExtension(ctx context.Context, cluster *ciliumnodes.Cluster, r c
 // restartWithoutExtension runs the same restart with the baseline's agents (ciliumnodes.Baseline) and watches what
 // recovers within restartWindow.
 func restartWithoutExtension(ctx context.Context, cluster *ciliumnodes.Cluster, r ciliumnodes.APIServerRestart) (restartResult, error) {
-	b, err := cluster.StartBaseline(ctx)
+	b, err := cluster.StartBaseline(ctx, cluster.Names())
 	defer func() { _ = b.Stop(context.Background()) }()
 	if err != nil {
 		return restartResult{}, err
 	}
-	s, err := cluster.StartPolicyScenario(ctx, nil)
+	s, err := cluster.StartPolicyScenario(ctx, "restart", cluster.ScenarioNodes(), nil)
 	defer s.Stop()
 	if err != nil {
 		return restartResult{}, err

@@ -81,10 +81,10 @@ type Agents struct {
 	// Afresh restarts every agent, also those that run as wanted: agents that did not run through what a case did
 	// before.
 	Afresh bool
-	// Baseline runs the agents without the extension: from the chart's pods as it renders them, not as the webhook
-	// admitted them, with the rendered cilium-config, reaching kube-apiserver through the `kubernetes` ClusterIP
-	// (baseline.go).
-	Baseline bool
+	// Baseline are the nodes whose agents run without the extension: from the chart's pods as it renders them, not
+	// as the webhook admitted them, with the rendered cilium-config, reaching kube-apiserver through the `kubernetes`
+	// ClusterIP (baseline.go).
+	Baseline []string
 }
 
 // withClientDefaults is pod without the client timeouts the webhook sets (cilium.ClientTimeoutVars).
@@ -359,15 +359,16 @@ func (c *Cluster) Run(ctx context.Context, want Agents) (map[string]*corev1.Pod,
 	var restarts sync.WaitGroup
 	errs := make(chan error, len(c.nodes))
 	for _, n := range c.Nodes() {
+		baseline := slices.Contains(want.Baseline, n.Name)
 		if !want.Afresh && c.running != nil && c.running.Chart == want.Chart && c.running.ClientDefaults == want.ClientDefaults &&
-			c.running.Baseline == want.Baseline && (!n.ControlPlane || !reconfigure) && n.running() && !n.stale() {
+			slices.Contains(c.running.Baseline, n.Name) == baseline && (!n.ControlPlane || !reconfigure) && n.running() && !n.stale() {
 			continue
 		}
 		pod := inst.pods[n.Name]
 		if want.ClientDefaults {
 			pod = withClientDefaults(pod)
 		}
-		if want.Baseline {
+		if baseline {
 			restarts.Go(func() { errs <- c.startBaseline(ctx, n, inst, pod, configMaps) })
 			continue
 		}

@@ -33,21 +33,24 @@ import (
 // allows one per self-hosted shoot.
 const BaselineControlPlane = "cp-0"
 
-// Baseline is the cluster running the baseline: kube-apiserver advertising BaselineControlPlane's address, which that
-// node serves, and every agent as networking-cilium's chart renders it, connected through the ClusterIP.
+// Baseline is the cluster running the baseline on some of its nodes: kube-apiserver advertising
+// BaselineControlPlane's address, which that node serves, and the agents of Nodes as networking-cilium's chart renders
+// them, connected through the ClusterIP; the other nodes' agents as the webhook admitted them.
 type Baseline struct {
 	// Advertised is the address in the `kubernetes` EndpointSlice: the control-plane node's, at kube-apiserver's port.
 	Advertised string
-	c          *Cluster
-	ip         string
+	// Nodes run their agents without the extension.
+	Nodes []string
+	c     *Cluster
+	ip    string
 }
 
-// StartBaseline starts the baseline and returns once every agent is connected through the ClusterIP, the positive
-// control: a baseline that never worked shows nothing. Every agent starts afresh, also one that ran the baseline
-// before. Stop ends it, also when StartBaseline failed.
-func (c *Cluster) StartBaseline(ctx context.Context) (*Baseline, error) {
+// StartBaseline starts the baseline on nodes and returns once each of their agents is connected through the
+// ClusterIP, the positive control: a baseline that never worked shows nothing. Stop ends it, also when StartBaseline
+// failed.
+func (c *Cluster) StartBaseline(ctx context.Context, nodes []string) (*Baseline, error) {
 	controlPlane := c.Node(BaselineControlPlane)
-	b := &Baseline{c: c, ip: controlPlane.IP}
+	b := &Baseline{c: c, ip: controlPlane.IP, Nodes: nodes}
 	var err error
 	if b.Advertised, err = controlPlane.ServeAdvertised(); err != nil {
 		return b, err
@@ -55,10 +58,11 @@ func (c *Cluster) StartBaseline(ctx context.Context) (*Baseline, error) {
 	if err := c.advertise(ctx, controlPlane.IP); err != nil {
 		return b, err
 	}
-	if _, err := c.Run(ctx, Agents{Chart: GardenerChart, Baseline: true, Afresh: true}); err != nil {
+	if _, err := c.Run(ctx, Agents{Chart: GardenerChart, Baseline: nodes}); err != nil {
 		return b, err
 	}
-	for _, n := range c.Nodes() {
+	for _, name := range nodes {
+		n := c.Node(name)
 		if err := testenv.WaitFor(ctx, 2*time.Minute, func(context.Context) (bool, error) { return n.ThroughClusterIP(ctx, b.Advertised), nil }); err != nil {
 			peers, _ := n.AgentPeers()
 			backends, _ := n.Backends(ctx, podrun.ClusterIP, 443)
@@ -68,10 +72,21 @@ func (c *Cluster) StartBaseline(ctx context.Context) (*Baseline, error) {
 	return b, nil
 }
 
-// Stop makes kube-apiserver advertise testenv.AdvertiseAddress again, which nothing serves; the next Run starts the
-// agents as the webhook admits them.
+// Stop makes kube-apiserver advertise testenv.AdvertiseAddress again, which nothing serves, and runs the baseline
+// nodes' agents as the webhook admits them.
 func (b *Baseline) Stop(ctx context.Context) error {
-	return b.c.advertise(ctx, testenv.AdvertiseAddress)
+	if err := b.c.advertise(ctx, testenv.AdvertiseAddress); err != nil {
+		return err
+	}
+	_, err := b.c.Run(ctx, Agents{Chart: GardenerChart})
+	return err
+}
+
+// ReachedFrom counts, by source address, the connections that reached the advertised address: where the ClusterIP
+// leads. A node with the extension's agent is never among them.
+func (b *Baseline) ReachedFrom() map[string]int {
+	ep, _ := b.c.Node(BaselineControlPlane).sandbox.Endpoint(b.Advertised)
+	return ep.From()
 }
 
 // advertise makes kube-apiserver advertise ip (testenv.Env.Advertise) and restarts kube-controller-manager and
@@ -96,20 +111,42 @@ type Recovery struct {
 // Restart restarts kube-apiserver the way r says under s, turns s's policy around once kube-apiserver advertises the
 // control-plane node again, and watches for window what recovers: each agent's connection through the ClusterIP, each
 // node's enforcement of the turned-around policy, each new pod's identity. It returns that and what broke the policy
-// during the outage (PolicyScenario.Through).
+// during the outage (Through).
 func (b *Baseline) Restart(ctx context.Context, s *PolicyScenario, r APIServerRestart, window time.Duration) (Recovery, []string, error) {
-	healthy, violations, err := s.Through(func() error { return b.c.RestartAPIServer(r) })
+	conv, rec, err := b.RestartBeside(ctx, r, nil, s, 0, window)
+	return rec, conv.Violations, err
+}
+
+// RestartBeside restarts kube-apiserver once under two scenarios: with, on nodes whose agents the extension pinned,
+// and without, on the baseline's nodes. It turns both around once kube-apiserver advertises the control-plane node
+// again, waits up to timeout until every node of with converges (PolicyScenario.Restart) and watches without for
+// window (Restart). with may be nil; Convergence.Violations are both scenarios'.
+func (b *Baseline) RestartBeside(ctx context.Context, r APIServerRestart, with, without *PolicyScenario, timeout, window time.Duration) (Convergence, Recovery, error) {
+	scenarios := slices.DeleteFunc([]*PolicyScenario{with, without}, func(s *PolicyScenario) bool { return s == nil })
+	healthy, violations, err := Through(func() error { return b.c.RestartAPIServer(r) }, scenarios...)
+	conv := Convergence{Violations: violations, Healthy: healthy, Enforced: map[string]time.Duration{}}
 	if err != nil {
-		return Recovery{}, violations, err
+		return conv, Recovery{}, err
 	}
 	// kube-apiserver is back in its own Service: what the agents miss is theirs to see.
 	if err := b.c.env.WaitForAdvertised(ctx, b.ip); err != nil {
-		return Recovery{}, violations, fmt.Errorf("kube-apiserver did not advertise %s again: %w", b.ip, err)
+		return conv, Recovery{}, fmt.Errorf("kube-apiserver did not advertise %s again: %w", b.ip, err)
 	}
-	if err := s.TurnAround(ctx); err != nil {
-		return Recovery{}, violations, err
+	for _, s := range scenarios {
+		if err := s.TurnAround(ctx); err != nil {
+			return conv, Recovery{}, err
+		}
 	}
-	return b.waitForRecovery(ctx, s, healthy, window), violations, nil
+	var (
+		rec       Recovery
+		recovered sync.WaitGroup
+	)
+	recovered.Go(func() { rec = b.waitForRecovery(ctx, without, healthy, window) })
+	if with != nil {
+		conv.Enforced, err = with.converge(ctx, healthy, timeout)
+	}
+	recovered.Wait()
+	return conv, rec, err
 }
 
 // waitForRecovery watches for window what recovers after a restart.
@@ -124,7 +161,8 @@ func (b *Baseline) waitForRecovery(ctx context.Context, s *PolicyScenario, healt
 		defer mu.Unlock()
 		m[key] = at.Sub(healthy)
 	}
-	for _, n := range b.c.Nodes() {
+	for _, name := range b.Nodes {
+		n := b.c.Node(name)
 		wg.Go(func() {
 			if testenv.WaitFor(ctx, window, func(context.Context) (bool, error) { return n.ThroughClusterIP(ctx, b.Advertised), nil }) == nil {
 				record(rec.Reconnected, n.Name, time.Now())

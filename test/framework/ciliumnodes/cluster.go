@@ -306,6 +306,9 @@ func (c *Cluster) Nodes() []*Node {
 	return out
 }
 
+// Names are the nodes' names, sorted.
+func (c *Cluster) Names() []string { return slices.Sorted(maps.Keys(c.nodes)) }
+
 // NodeByIP is the node whose InternalIP is ip, or nil.
 func (c *Cluster) NodeByIP(ip string) *Node {
 	for _, n := range c.nodes {

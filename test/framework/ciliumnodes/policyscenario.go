@@ -25,13 +25,15 @@ import (
 // PolicyPort is where a policy scenario's servers listen.
 const PolicyPort = 8080
 
-// PolicyScenario is a NetworkPolicy over workload pods on ScenarioNodes, for watching it through kube-apiserver's
+// PolicyScenario is a NetworkPolicy over workload pods on some nodes, for watching it through kube-apiserver's
 // restarts (issue 44, docs/development/workload-pods.md): on each node a server under the policy, and on the next node
-// two clients of it, one of role restart-a and one of role restart-b, the one the policy lets in and the one it keeps
-// out, so that every node's policy is checked from another node (with two workers, a worker's from the control-plane
-// node and from the other worker). TurnAround swaps the roles, as often as a case restarts.
+// two clients of it, one of role NAME-a and one of role NAME-b, the one the policy lets in and the one it keeps out,
+// so that every node's policy is checked from another node (with two workers, a worker's from the control-plane node
+// and from the other worker). TurnAround swaps the roles, as often as a case restarts. Scenarios of different names
+// run side by side.
 type PolicyScenario struct {
 	Flows  []*PolicyFlow
+	name   string
 	c      *Cluster
 	policy *networkingv1.NetworkPolicy
 	pods   []*WorkloadPod
@@ -61,13 +63,12 @@ func (c *Cluster) ScenarioNodes() []string {
 	return nodes
 }
 
-// StartPolicyScenario starts the pods and the policy on ScenarioNodes and returns once every node enforces it. Stop
-// removes them, also when it fails.
-func (c *Cluster) StartPolicyScenario(ctx context.Context, logf func(string, ...any)) (*PolicyScenario, error) {
-	s := &PolicyScenario{c: c, Logf: logf}
-	nodes := c.ScenarioNodes()
+// StartPolicyScenario starts the pods and the policy of the scenario name on nodes and returns once every node
+// enforces it. Stop removes them, also when it fails.
+func (c *Cluster) StartPolicyScenario(ctx context.Context, name string, nodes []string, logf func(string, ...any)) (*PolicyScenario, error) {
+	s := &PolicyScenario{c: c, name: name, Logf: logf}
 	for _, node := range nodes {
-		server, err := s.startPod(ctx, node, "restart-server-"+node, map[string]string{"app": "restart-server"}, true)
+		server, err := s.startPod(ctx, node, name+"-server-"+node, s.serverLabels(), true)
 		if err != nil {
 			return s, err
 		}
@@ -81,16 +82,16 @@ func (c *Cluster) StartPolicyScenario(ctx context.Context, logf func(string, ...
 	for i, f := range s.Flows {
 		other := nodes[(i+1)%len(nodes)]
 		var err error
-		if f.Allowed, err = s.startPod(ctx, other, "restart-a-"+other, map[string]string{"role": "restart-a"}, true); err != nil {
+		if f.Allowed, err = s.startPod(ctx, other, name+"-a-"+other, map[string]string{"role": name + "-a"}, true); err != nil {
 			return s, err
 		}
-		if f.Denied, err = s.startPod(ctx, other, "restart-b-"+other, map[string]string{"role": "restart-b"}, true); err != nil {
+		if f.Denied, err = s.startPod(ctx, other, name+"-b-"+other, map[string]string{"role": name + "-b"}, true); err != nil {
 			return s, err
 		}
 	}
 	s.policy = &networkingv1.NetworkPolicy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: "restart-server"},
-		Spec:       PolicyAllowing(map[string]string{"app": "restart-server"}, map[string]string{"role": "restart-a"}),
+		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: name + "-server"},
+		Spec:       PolicyAllowing(s.serverLabels(), map[string]string{"role": name + "-a"}),
 	}
 	if err := c.env.Client.Create(ctx, s.policy); err != nil {
 		return s, err
@@ -101,6 +102,11 @@ func (c *Cluster) StartPolicyScenario(ctx context.Context, logf func(string, ...
 		}
 	}
 	return s, nil
+}
+
+// serverLabels are the labels of the scenario's servers, which its policy selects.
+func (s *PolicyScenario) serverLabels() map[string]string {
+	return map[string]string{"app": s.name + "-server"}
 }
 
 // Stop deletes the policy and stops the pods.
@@ -131,11 +137,15 @@ func (s *PolicyScenario) startPod(ctx context.Context, node, name string, labels
 	return p, err
 }
 
-// Through runs restart while checking every flow again and again (the allowed client connects, the denied one is
-// dropped), and returns when kube-apiserver was healthy again and what broke the policy meanwhile.
-func (s *PolicyScenario) Through(restart func() error) (time.Time, []string, error) {
+// Through runs restart while checking every flow of the scenarios again and again (the allowed client connects, the
+// denied one is dropped), and returns when kube-apiserver was healthy again and what broke the policy meanwhile.
+func Through(restart func() error, scenarios ...*PolicyScenario) (time.Time, []string, error) {
 	watching, stopWatching := context.WithCancel(context.Background())
-	violations := watchPolicy(watching, s.Flows)
+	var flows []*PolicyFlow
+	for _, s := range scenarios {
+		flows = append(flows, s.Flows...)
+	}
+	violations := watchPolicy(watching, flows)
 	err := restart()
 	healthy := time.Now()
 	stopWatching()
@@ -155,7 +165,7 @@ type Convergence struct {
 // and waits up to timeout until every node enforces it and reaches its new pod (EnforcedAfterTurn). It fails with
 // every node that did not.
 func (s *PolicyScenario) Restart(ctx context.Context, r APIServerRestart, timeout time.Duration) (Convergence, error) {
-	healthy, violations, err := s.Through(func() error { return s.c.RestartAPIServer(r) })
+	healthy, violations, err := Through(func() error { return s.c.RestartAPIServer(r) }, s)
 	conv := Convergence{Violations: violations, Healthy: healthy, Enforced: map[string]time.Duration{}}
 	if err != nil {
 		return conv, err
@@ -163,10 +173,18 @@ func (s *PolicyScenario) Restart(ctx context.Context, r APIServerRestart, timeou
 	if err := s.TurnAround(ctx); err != nil {
 		return conv, err
 	}
+	conv.Enforced, err = s.converge(ctx, healthy, timeout)
+	return conv, err
+}
+
+// converge waits up to timeout until every node enforces the turned-around policy and reaches its new pod
+// (EnforcedAfterTurn), and returns per node the time from healthy to that. It fails with every node that did not.
+func (s *PolicyScenario) converge(ctx context.Context, healthy time.Time, timeout time.Duration) (map[string]time.Duration, error) {
 	var (
-		mu   sync.Mutex
-		wg   sync.WaitGroup
-		errs []error
+		mu       sync.Mutex
+		wg       sync.WaitGroup
+		errs     []error
+		enforced = map[string]time.Duration{}
 	)
 	for _, f := range s.Flows {
 		wg.Go(func() {
@@ -177,11 +195,11 @@ func (s *PolicyScenario) Restart(ctx context.Context, r APIServerRestart, timeou
 				errs = append(errs, fmt.Errorf("%s: %w", f.Node, err))
 				return
 			}
-			conv.Enforced[f.Node] = at.Sub(healthy)
+			enforced[f.Node] = at.Sub(healthy)
 		})
 	}
 	wg.Wait()
-	return conv, errors.Join(errs...)
+	return enforced, errors.Join(errs...)
 }
 
 // TurnAround swaps the roles: the denied clients are let in and the allowed ones kept out, and a new pod of the role
@@ -197,7 +215,7 @@ func (s *PolicyScenario) TurnAround(ctx context.Context) error {
 		if err := s.c.env.Client.Get(ctx, client.ObjectKeyFromObject(s.policy), s.policy); err != nil {
 			return err
 		}
-		s.policy.Spec = PolicyAllowing(map[string]string{"app": "restart-server"}, map[string]string{"role": role})
+		s.policy.Spec = PolicyAllowing(s.serverLabels(), map[string]string{"role": role})
 		return s.c.env.Client.Update(ctx, s.policy)
 	}); err != nil {
 		return fmt.Errorf("turning the policy around: %w", err)
@@ -205,7 +223,7 @@ func (s *PolicyScenario) TurnAround(ctx context.Context) error {
 	for _, f := range s.Flows {
 		node := f.Allowed.Node.Name
 		var err error
-		if f.New, err = s.startPod(ctx, node, fmt.Sprintf("restart-new-%d-%s", s.turns, node), map[string]string{"role": role}, false); err != nil {
+		if f.New, err = s.startPod(ctx, node, fmt.Sprintf("%s-new-%d-%s", s.name, s.turns, node), map[string]string{"role": role}, false); err != nil {
 			return err
 		}
 	}
