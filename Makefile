@@ -146,6 +146,7 @@ lint:
 	@unlicensed=$$(git ls-files '*.go' '*.sh' '*.yaml' '*.tpl' Makefile Dockerfile .ci/run | xargs grep -L 'SPDX-FileCopyrightText'); \
 	  if [ -n "$$unlicensed" ]; then echo "no SPDX header (hack/boilerplate.go.txt's): $$unlicensed"; exit 1; fi
 	$(BUILD_ENV) $(STATIC) $(GO) vet -trimpath ./...
+	$(BUILD_ENV) $(STATIC) $$(hack/staticcheck.sh) ./...
 
 # Deepcopy, conversion and defaulting code of pkg/apis, and example/controller-registration.yaml from the chart.
 .PHONY: generate

@@ -2,22 +2,10 @@
 //
 // SPDX-License-Identifier: Apache-2.0
 
-// Package apiserverendpoints derives how Cilium reaches kube-apiserver on a self-hosted shoot without depending on
-// anything Cilium provides itself, and builds the ConfigMap that carries the control-plane endpoints to Cilium pods.
-//
-// On a self-hosted shoot kube-apiserver is a hostNetwork static pod on every control-plane node, listening on port 443.
-// Its serving certificate (gardener pkg/component/kubernetes/apiserver/secrets.go reconcileSecretServer, plus
-// pkg/gardenlet/operation/botanist/kubeapiserver.go computeKubeAPIServerServerCertificateConfig) holds the DNS names of
-// the `kube-apiserver` and `kubernetes` Services, localhost, 127.0.0.1, ::1, the `kubernetes` ClusterIPs, the technical
-// ID and the api.<domain> names, but no node IP. So:
-//
-//   - a component on a control-plane node uses https://localhost:443, its own node's kube-apiserver;
-//   - any other dials the control-plane nodes' InternalIPs, but verifies the certificate under ServerName, a name the
-//     certificate holds: either as the host of its one URL, resolved to those IPs by hostAliases in the pod's
-//     /etc/hosts, or as the tls-server-name of the Kubeconfig this package builds.
-//
-// The `kubernetes` ClusterIP (served by Cilium's kube-proxy replacement), the exposure VIP (announced by Cilium) and
-// the external domain (resolving to that VIP) are never used.
+// Package apiserverendpoints derives how Cilium reaches kube-apiserver on a self-hosted shoot without anything Cilium
+// provides itself: localhost on a control-plane node, elsewhere the control-plane InternalIPs verified under
+// ServerName; never the ClusterIP, the VIP or the external domain (docs/apiserver-access.md). It also builds the
+// ConfigMap that carries the control-plane endpoints to Cilium's pod templates.
 package apiserverendpoints
 
 import (
@@ -46,15 +34,13 @@ const (
 	// LocalHost is how a component on a control-plane node reaches the kube-apiserver of its own node.
 	LocalHost = "localhost"
 
-	// ConfigMapName is the ConfigMap in kube-system that this extension keeps current from the control-plane Nodes.
-	// Cilium's pod templates reference it, so a pod created while the webhook is unreachable still avoids the VIP.
+	// ConfigMapName is the ConfigMap in kube-system that this extension keeps current from the control-plane Nodes,
+	// which Cilium's pod templates reference.
 	ConfigMapName = "cilium-selfhosted-apiserver-endpoints"
-	// KeyAPIServerURLs holds all control-plane endpoints as a comma-separated list of https URLs of their InternalIPs,
-	// which Cilium's config decoder splits (cilium/hive cell/config.go decoderConfig: StringToSliceHookFunc(",")). Only
-	// together with the Kubeconfig, which names the certificate's ServerName, do they verify.
+	// KeyAPIServerURLs holds the control-plane URLs, comma-separated as Cilium's config decoder splits them; they verify
+	// only with the Kubeconfig's server name.
 	KeyAPIServerURLs = cilium.EnvAPIServerURLs
-	// KeyKubeconfigPath holds KubeconfigPath, so that a template's environment names the kubeconfig only while the
-	// ConfigMap (and so the file) exists.
+	// KeyKubeconfigPath holds KubeconfigPath: a template names the kubeconfig only while the ConfigMap exists.
 	KeyKubeconfigPath = cilium.EnvKubeconfigPath
 	// KeyKubeconfig holds the Kubeconfig.
 	KeyKubeconfig = "kubeconfig"
@@ -72,21 +58,15 @@ var (
 	// PortString is Port as an environment value.
 	PortString = strconv.Itoa(Port)
 
-	// LocalURL is the one API server URL of a Cilium component on a control-plane node. Exactly one: with more than one
-	// URL a >= 1.18 agent moves its client to the `kubernetes` ClusterIP once it has synced
-	// (pkg/k8s/client/rest_config_provider.go: canRotateAPIServerURL is len(apiServerURLs) > 1, and only then
-	// registerMappingsUpdater switches to the service in updateMappings).
+	// LocalURL is the one API server URL of a Cilium component on a control-plane node: with more than one, an agent
+	// moves to the ClusterIP (docs/apiserver-access.md, "Exactly one URL per pod").
 	LocalURL = URL(LocalHost)
 
-	// ServerName is the name under which components off the control plane verify kube-apiserver's certificate:
-	// kube-apiserver.kube-system.svc.cluster.local, which Gardener puts into every kube-apiserver certificate
-	// (kubernetesutils.DNSNamesForService of the kube-apiserver Deployment in its namespace). On a self-hosted shoot no
-	// `kube-apiserver` Service exists (gardenlet's shoot flow skips "Deploying Kubernetes API server service" when
-	// IsSelfHosted, pkg/gardenlet/controller/shoot/shoot/reconciler_reconcile.go), so the name resolves to nothing but
-	// what a pod's hostAliases say: never to the ClusterIP, the VIP or the external domain.
+	// ServerName is the name under which components off the control plane verify kube-apiserver's certificate: in every
+	// certificate Gardener issues, and with no Service of that name on a self-hosted shoot it resolves only to what a
+	// pod's hostAliases say (docs/apiserver-access.md, "What each pod gets").
 	ServerName = kubernetesutils.FQDNForService(v1beta1constants.DeploymentNameKubeAPIServer, metav1.NamespaceSystem)
-	// ServerURL is the one API server URL of a Cilium pod off the control plane; its hostAliases resolve ServerName to
-	// every control-plane InternalIP, and Go's dialer tries them in turn.
+	// ServerURL is the one API server URL of a Cilium pod off the control plane.
 	ServerURL = URL(ServerName)
 
 	// KubeconfigPath is where a container finds the Kubeconfig.
@@ -101,24 +81,17 @@ func URL(host string) string {
 	return "https://" + host + ":" + PortString
 }
 
-// IsControlPlaneNode tells whether a Node runs kube-apiserver or is joining to run it, which decides what the node's
-// own Cilium pods get (their own kube-apiserver at localhost). kubelet registers a node of the control-plane pool with
-// the taint node-role.kubernetes.io/control-plane (gardener pkg/component/extensions/operatingsystemconfig
-// operatingsystemconfig.go, kubelet's RegisterWithTaints); gardener-node-agent adds the label of the same key only
-// afterwards (pkg/nodeagent/controller/operatingsystemconfig/reconciler.go). The DaemonSet controller creates a node's
-// Cilium pod as soon as the node is registered, so either one counts here.
+// IsControlPlaneNode tells whether a Node runs kube-apiserver or is joining to run it, by the control-plane taint kubelet
+// registers or the label gardener-node-agent adds later; it decides what the node's own Cilium pods get
+// (docs/apiserver-access.md, "What each pod gets").
 func IsControlPlaneNode(node *corev1.Node) bool {
 	return IsMember(node) || slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool {
 		return t.Key == v1beta1constants.LabelNodeRoleControlPlane
 	})
 }
 
-// IsMember tells whether other nodes' Cilium may trust a Node to serve kube-apiserver: it has the control-plane label.
-// Any kubelet may register its Node with any taint, the control-plane one included (NodeRestriction checks only the
-// labels of a Node being created: k8s.io/kubernetes plugin/pkg/admission/noderestriction/admission.go admitNode),
-// but not with that label, which gardener-node-agent sets and by which Gardener itself selects the control-plane
-// Nodes (pkg/gardenlet/controller/shoot/selfhostedshootexposure/reconciler.go); the chart's policy
-// -guard-control-plane-membership keeps everyone else from changing it or a member's addresses.
+// IsMember tells whether other nodes' Cilium may trust a Node to serve kube-apiserver: it has the control-plane label,
+// which, unlike the taint, no kubelet can give itself (docs/apiserver-access.md, "What each pod gets").
 func IsMember(node *corev1.Node) bool {
 	_, ok := node.Labels[v1beta1constants.LabelNodeRoleControlPlane]
 	return ok
@@ -137,17 +110,15 @@ func ControlPlaneNodes(nodes []corev1.Node) sets.Set[string] {
 
 // ControlPlane are the kube-apiserver addresses of all control-plane nodes.
 type ControlPlane struct {
-	// Addresses are the nodes' InternalIPs, unique: those of Ready nodes first, then the others, each part sorted (IPv4
-	// before IPv6), so that every reader sees the same list and a client that takes the first address, or tries them
-	// in order, starts at a node that is up.
+	// Addresses are the nodes' InternalIPs, unique: those of Ready nodes first, then the others, each part sorted, so
+	// that every reader sees the same list and a client trying them in order starts at a node that is up.
 	Addresses []netip.Addr
 	// Ready is how many of Addresses, from the start, belong to Ready nodes.
 	Ready int
 }
 
-// FromNodes collects the InternalIPs of the control-plane nodes among nodes, those of Ready nodes first. Other address
-// types are left out: a hostname or external name may resolve to the VIP. So are addresses no other node can reach
-// (loopback, link-local, unspecified, multicast) and addresses with a zone, which a pod's hostAliases refuse.
+// FromNodes collects the InternalIPs of the control-plane nodes among nodes, those of Ready nodes first; other address
+// types may lead to the VIP, and addresses no other node can reach or with a zone are left out.
 func FromNodes(nodes []corev1.Node) ControlPlane {
 	var ready, others []netip.Addr
 	for i := range nodes {
@@ -175,8 +146,7 @@ func FromNodes(nodes []corev1.Node) ControlPlane {
 	return ControlPlane{Addresses: slices.Concat(ready, others), Ready: len(ready)}
 }
 
-// IsReady tells whether the node's kubelet reports it Ready, as the node lifecycle controller keeps it: a node that is
-// down, partitioned or still joining is not.
+// IsReady tells whether the node's kubelet reports it Ready.
 func IsReady(node *corev1.Node) bool {
 	return slices.ContainsFunc(node.Status.Conditions, func(c corev1.NodeCondition) bool {
 		return c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue
@@ -201,12 +171,9 @@ func (c ControlPlane) URLs() []string {
 	return urls
 }
 
-// HostAliases resolve ServerName to every control-plane address, one entry per address: the Ready nodes' addresses
-// first, starting at the one that key picks, then the others. kubelet writes them, in this order, into the pod's
-// /etc/hosts, for hostNetwork pods too (pkg/kubelet/kubelet_pods.go nodeHostsFileContent); Go's resolver returns a
-// name's addresses from the hosts file in file order and the dialer tries them one after the other. A different start
-// per node spreads the nodes' Cilium pods over the Ready control-plane nodes; the rest of the list is the failover,
-// and an address of a node that is down costs a dial only after every Ready one failed.
+// HostAliases resolve ServerName to every control-plane address in the order a pod's dialer tries them: the Ready
+// nodes' first, starting at the one that key picks (the spread), then the others (docs/apiserver-access.md, "Why
+// these mechanisms").
 func (c ControlPlane) HostAliases(key string) []corev1.HostAlias {
 	if c.Empty() {
 		return nil
@@ -227,11 +194,10 @@ func (c ControlPlane) HostAliases(key string) []corev1.HostAlias {
 }
 
 // KubeconfigPrefix and KubeconfigSuffix enclose the one variable of the endpoints ConfigMap's kubeconfig, its server
-// URL. Every template-created Cilium pod loads that kubeconfig with clientcmd, where an exec entry or a skipped TLS
-// verification would run code in, or steal the token of, the agent on every node. Admission policies cannot parse
-// YAML, so the chart's policy (templates/admissionpolicy.yaml, endpoints-configmap-shape) checks the kubeconfig
-// character for character against these constants around the first URL, for every writer; a test keeps both equal.
-// The text holds no quote and no backslash, so that the policy can carry it as a CEL raw string.
+// URL: the chart's policy endpoints-configmap-shape compares the kubeconfig with them character for character (a test
+// keeps both equal), so that no writer can slip an exec entry or skipped verification into every Cilium pod
+// (docs/operations.md, "What the extension's token can and cannot do"). They hold no quote and no backslash, for a
+// CEL raw string.
 const (
 	KubeconfigPrefix = `apiVersion: v1
 kind: Config
@@ -255,12 +221,9 @@ current-context: kube-apiserver
 `
 )
 
-// Kubeconfig is the kubeconfig of a pod template's containers: the first control-plane address (a Ready node's, when
-// any is Ready) as server, verified under ServerName against the pod's service-account CA, authenticated with the
-// pod's service-account token (client-go re-reads the token file, so rotated tokens are used). Cilium also sends
-// requests to the URLs of CILIUM_K8S_API_SERVER_URLS when it has several, with this kubeconfig's TLS settings
-// (rest_config_provider.go createConfig wraps the kubeconfig's transport in its rotating round tripper), which is how
-// a template-created operator fails over.
+// Kubeconfig is the kubeconfig of a pod template's containers: the first control-plane address as server, verified
+// under ServerName against the pod's service-account CA, with the pod's token file (docs/apiserver-access.md,
+// "Templates").
 func (c ControlPlane) Kubeconfig() string {
 	if c.Empty() {
 		return ""

@@ -3,16 +3,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package leadership runs the leader-elected half of a process in terms, so that losing the leader lease, or
-// kube-apiserver going away, ends a term and never the process.
-//
-// controller-runtime's manager treats a lost lease as fatal: its Start returns "leader election lost" and the process
-// exits (sigs.k8s.io/controller-runtime/pkg/manager/internal.go, OnStoppedLeading). With one control-plane node that
-// happens whenever kube-apiserver is down for longer than the renew deadline — its static pod restarts on every etcd
-// or certificate change — and the exit takes the webhook server with it, which Cilium's pods need to be admitted.
-// Here the process's manager runs no leader election: it serves the webhooks, metrics and probes, and holds the
-// informers. Each term is a manager of its own, built anew because controllers start only once, that campaigns on one
-// lock for the whole process and shares the process's cache and client; a lost lease ends the term and the next one
-// campaigns at once.
+// kube-apiserver going away, ends a term and never the process: controller-runtime's manager exits on a lost lease, and
+// with one control-plane node that happens at every kube-apiserver restart (docs/development/process-model.md). Each
+// term is a manager of its own, built anew, campaigning on one lock for the whole process and sharing its cache and
+// client.
 package leadership
 
 import (

@@ -32,26 +32,10 @@ type target struct {
 }
 
 // pinPodSpec makes every container of spec that talks to kube-apiserver reach it without Cilium's help, verifying
-// kube-apiserver's certificate as Gardener issues it (see package apiserverendpoints):
-//
-//   - a pod on a control-plane node: KUBERNETES_SERVICE_HOST=localhost, KUBERNETES_SERVICE_PORT=443 and, for
-//     Cilium >= 1.18, CILIUM_K8S_API_SERVER_URLS=https://localhost:443;
-//   - any other pod: hostAliases that resolve apiserverendpoints.ServerName to every control-plane InternalIP (starting
-//     at a different one per node), KUBERNETES_SERVICE_HOST=ServerName and, for >= 1.18,
-//     CILIUM_K8S_API_SERVER_URLS=https://ServerName:443. Exactly one URL either way: with more than one, a >= 1.18
-//     agent moves to the `kubernetes` ClusterIP once it has synced;
-//   - a pod template, which knows no node and must not change when control-plane membership does: the kubeconfig of the
-//     endpoints ConfigMap (mounted as a volume, its path from the ConfigMap), and for >= 1.18, except in the agent's
-//     main container, every control-plane URL from the ConfigMap, between which Cilium rotates with the kubeconfig's
-//     TLS settings. The agent's main container gets no URL list (it would switch to the ClusterIP) and so dials the
-//     kubeconfig's one server. Both references are optional: without the ConfigMap a pod runs as the chart made it.
-//
-// Nothing in the pod may contradict that: the deprecated CILIUM_K8S_API_SERVER (1.17-1.19: it replaces the URL list in
-// rest_config_provider.go parseConfig) is dropped, and so are `--k8s-api-server*` and `--k8s-kubeconfig-path` flags,
-// which beat the environment (Helm renders `--k8s-api-server-urls` into the `config` init container since 1.18.2). A
-// pod drops the template's kubeconfig path, which would beat its one URL. Existing values, whoever set them (Helm's
-// k8sServiceHost, Gardener's kubernetes-service-host webhook), are replaced in place; other env and args stay as they
-// are. Applying it twice changes nothing the second time.
+// Gardener's certificate (docs/apiserver-access.md, "What each pod gets"): a pod on a control-plane node localhost, any
+// other pod hostAliases of apiserverendpoints.ServerName and exactly one URL, a pod template the endpoints ConfigMap's
+// kubeconfig and, but in the agent's main container, its URL list. Whatever would contradict that is dropped or
+// replaced in place ("Nothing may contradict the pinning"); other env and args stay, and a second pass changes nothing.
 func pinPodSpec(spec *corev1.PodSpec, t target) {
 	switch {
 	case t.Pod && t.ControlPlane:
@@ -101,17 +85,9 @@ func pinContainers(spec *corev1.PodSpec, pin func(*corev1.Container)) {
 	}
 }
 
-// clientTimeouts bound what a kube-apiserver that stopped answering without refusing anything (its node powered off,
-// partitioned, its link down: packets are dropped) costs a container:
-//
-//   - on an established HTTP/2 connection, client-go pings after 4 s without a frame and closes the connection when no
-//     answer comes within 4 s. With its defaults (30 s and 15 s) an agent whose control-plane node died stayed cut
-//     off for 55 s on this project's datapath. The cost is a ping on a connection idle for 4 s. Cilium's own
-//     heartbeat does not help: it closes the connections of rest.Config.Transport, which Cilium leaves nil;
-//   - on every new connection, each dead address the hostAliases list before a live one costs a share of the dial
-//     timeout: 2 s of 6 s with three control-plane nodes (Go's minimum share), where Cilium's 30 s cost 10 s, and an
-//     operator that starts several clients pays it for each. A TCP handshake in a node network takes milliseconds;
-//     the TLS handshake has a timeout of its own.
+// clientTimeouts bound what a kube-apiserver that stopped answering without refusing anything costs a container: 8 s
+// on an established connection, 2 s per dead address on a new one (docs/apiserver-access.md, "Why the webhook sets
+// client timeouts").
 var clientTimeouts = map[string]string{cilium.EnvHTTP2ReadIdleTimeout: "4", cilium.EnvHTTP2PingTimeout: "4", cilium.EnvClientConnectionTimeout: "6s"}
 
 // setClientTimeouts sets clientTimeouts in c's environment where the chart or the operator did not set them.
@@ -161,9 +137,8 @@ func dropContradictions(c *corev1.Container) {
 
 func literal(value string) corev1.EnvVar { return corev1.EnvVar{Value: value} }
 
-// endpointsFromConfigMap references a key of the endpoints ConfigMap. It is optional so that a missing ConfigMap
-// (the extension removed, the object deleted by hand) never keeps Cilium from starting: the variable is then unset and
-// Cilium behaves as it would without this extension.
+// endpointsFromConfigMap references a key of the endpoints ConfigMap, optionally: without the ConfigMap Cilium starts as
+// it would without this extension.
 func endpointsFromConfigMap(key string) corev1.EnvVar {
 	return corev1.EnvVar{ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
 		LocalObjectReference: corev1.LocalObjectReference{Name: apiserverendpoints.ConfigMapName},
@@ -183,9 +158,8 @@ func endpointsVolume() corev1.Volume {
 	}}}
 }
 
-// setEnv sets the variable v.Name with Gardener's EnsureEnvVarWithName, which replaces the first of that name in place
-// (keeping the order, which matters for $(VAR) references), and drops later duplicates, of which kubelet would let the
-// last win.
+// setEnv sets the variable v.Name with Gardener's EnsureEnvVarWithName, in place of the first of that name, and drops
+// later duplicates, of which kubelet would let the last win.
 func setEnv(env []corev1.EnvVar, name string, v corev1.EnvVar) []corev1.EnvVar {
 	v.Name = name
 	env = extensionswebhook.EnsureEnvVarWithName(env, v)

@@ -53,6 +53,6 @@ func AddToManager(mgr manager.Manager, o Options) error {
 	return mgr.Add(&Handover{
 		Node: o.Node, Type: o.Type,
 		Cache: mgr.GetClient(), Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
-		Probes: probes, Recorder: mgr.GetEventRecorderFor(Name), Clock: clock.RealClock{}, Log: log,
+		Probes: probes, Recorder: mgr.GetEventRecorder(Name), Clock: clock.RealClock{}, Log: log,
 	})
 }

@@ -4,29 +4,8 @@
 
 // Package l2handover hands Cilium's L2 announcement lease of an exposure's VIP to this replica's own control-plane
 // node when the node that holds it has lost its kube-apiserver, instead of waiting for the lease to expire, and takes
-// a lease its holder released for this node when its agent's L2 responder answers, before a fresh agent takes it.
-//
-// The announcing agent reaches kube-apiserver only through its own node's kube-apiserver (localhost:443, the
-// webhook's pinning), so when that kube-apiserver stops, or the whole node dies, the agent can neither renew the lease
-// nor learn that it lost it; the other agents take the lease only once it has expired (leaseDuration after the last
-// renewal, plus their jittered retry). The extension's probes learn within a probe timeout that the holder's
-// kube-apiserver does not answer, and the lease shows within two retry periods that nobody renews it.
-//
-// What the handover relies on, read in client-go's leader election (k8s.io/client-go/tools/leaderelection
-// leaderelection.go, v0.35 and v0.36, which Cilium 1.19 and 1.20 vendor) and Cilium's L2 announcer
-// (pkg/l2announcer/l2announcer.go, identity = the node name, ReleaseOnCancel true):
-//   - An agent whose name a lease shows counts itself as the leader at its next try (tryAcquireOrRenew: the observed
-//     holder is its identity, so it renews), which comes within (1 + JitterFactor) × RetryPeriod (acquire's
-//     wait.JitterUntil). A restarted agent retakes a lease that names it the same way.
-//   - An agent that holds a lease renews it every RetryPeriod; a lease whose resourceVersion has not changed for two
-//     retry periods and a margin was not renewed by a holder that can reach kube-apiserver.
-//   - The write is an Update on the resourceVersion that was read: it fails if the holder renewed in between.
-//   - The old holder learns of the handover only once it reaches kube-apiserver again. If it was blind until its
-//     RenewDeadline passed, its release (Get, then Update with an empty holder and a duration of 1 s) can still clear
-//     the lease.
-//   - A released lease goes to whichever agent tries first, and an agent's first try comes as soon as it starts: in a
-//     rollout, often an agent whose L2 responder does not answer yet (AgentSettledAfter). So a released lease is taken
-//     for this node, when its agent has settled, within the window in which the agents try (see docs/operations.md).
+// a lease its holder released for this node when its agent's L2 responder answers, before a fresh agent takes it. What
+// it relies on in client-go's leader election and Cilium's L2 announcer: docs/development/l2-handover.md.
 package l2handover
 
 import (
@@ -58,8 +37,7 @@ const (
 // a holder that reaches kube-apiserver renews every RetryPeriod.
 func (t Timings) UnrenewedAfter() time.Duration { return 2*t.RetryPeriod + renewalMargin }
 
-// AcknowledgeWithin is how long the node a lease was handed to may take to renew it: its agent tries within
-// (1 + JitterFactor) × RetryPeriod.
+// AcknowledgeWithin is how long the node a lease was handed to may take to renew it: its agent's next jittered try.
 func (t Timings) AcknowledgeWithin() time.Duration {
 	return time.Duration((1+leaderelection.JitterFactor)*float64(t.RetryPeriod)) + acknowledgeMargin
 }
@@ -85,13 +63,9 @@ type Facts struct {
 	AgentOutdated bool
 }
 
-// AgentSettledAfter is how long Cilium's agent pod must have been Ready before a released lease is taken for its node.
-// The agent reports Ready before its L2 responder can answer: the l2-responder reconciler and the liveness writer are
-// among its last start hooks (daemon/cmd/cells.go lists the control plane, the L2 announcer included, before the
-// datapath cells), the liveness is first written a second after its hook, and the BPF responder answers only for
-// entries the reconciler wrote while the liveness is younger than the lease duration (bpf/lib/l2_responder.h). An
-// agent that has just started tries for a lease at once, so it tends to win a released one in that window, and the VIP
-// goes unanswered for seconds (docs/operations.md, "Cilium rolls").
+// AgentSettledAfter is how long Cilium's agent pod must have been Ready before a released lease is taken for its node:
+// an agent reports Ready before its L2 responder answers (docs/development/l2-handover.md, "When an agent's L2
+// responder answers").
 const AgentSettledAfter = 10 * time.Second
 
 // Decide says whether to hand the lease to Self now and why (or why not): when its holder failed, or when it was
@@ -109,9 +83,8 @@ func Decide(f Facts) (bool, string) {
 	return true, fmt.Sprintf("the kube-apiserver of the holder %s is not ready (%s) and the lease was not renewed for %s", f.Holder, f.HolderAPIServer.Reason, f.Unrenewed.Round(time.Millisecond))
 }
 
-// decideReleased takes a lease that an agent released (Cilium's l2announcer sets ReleaseOnCancel: an agent that stops,
-// as in every rollout, empties the holder) for Self when its agent has settled, before a fresh agent takes it. After
-// UnrenewedAfter every campaigning agent has tried: a lease still empty then is none of the handover's business.
+// decideReleased takes a lease that a stopping agent released for Self when its agent has settled, before a fresh agent
+// takes it; after UnrenewedAfter every campaigning agent has tried, and a lease still empty is none of its business.
 func decideReleased(f Facts) (bool, string) {
 	if f.Unrenewed >= f.Timings.UnrenewedAfter() {
 		return false, fmt.Sprintf("the lease has had no holder for %s: every campaigning agent has tried for it", f.Unrenewed.Round(time.Millisecond))

@@ -25,7 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -70,7 +70,7 @@ type Handover struct {
 	Reader client.Reader
 	// Probes probe the holders' kube-apiservers.
 	Probes   Probes
-	Recorder record.EventRecorder
+	Recorder events.EventRecorder
 	Clock    clock.PassiveClock
 	Log      logr.Logger
 
@@ -260,7 +260,9 @@ func (h *Handover) handOver(ctx context.Context, exp *extensionsv1alpha1.SelfHos
 	if from == "" {
 		from = "nobody (released)"
 	}
-	h.Recorder.Eventf(exp, corev1.EventTypeNormal, EventHandedOver, "Handed the L2 announcement of the VIP from %s to %s: %s", from, h.Node, why)
+	// The lease as written is the related object: its resourceVersion keeps each handover an event of its own (client-go
+	// tools/events folds events of the same objects, reason and action into one series).
+	h.Recorder.Eventf(exp, updated, corev1.EventTypeNormal, EventHandedOver, "HandOver", "Handed the L2 announcement of the VIP from %s to %s: %s", from, h.Node, why)
 	return nil
 }
 
@@ -308,7 +310,7 @@ func (h *Handover) acknowledge(ctx context.Context, key types.NamespacedName, le
 	h.undone[key] = now
 	countHandover(resultUndone)
 	h.Log.Info("This node's agent did not renew the L2 announcement lease handed to it; cleared it for every agent", "lease", key, "within", handed.deadline.Sub(handed.at))
-	h.Recorder.Eventf(handed.exposure, corev1.EventTypeWarning, EventHandoverUndone,
+	h.Recorder.Eventf(handed.exposure, undone, corev1.EventTypeWarning, EventHandoverUndone, "ClearLease",
 		"Cilium's agent on %s did not renew the L2 announcement lease within %s of the handover from %s; the lease is cleared, and the next agent to try takes it",
 		h.Node, handed.deadline.Sub(handed.at), handed.from)
 	return nil

@@ -16,17 +16,17 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/addressing"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/ciliumconfig"
 	exposurehealth "github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/health"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/network"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
@@ -114,7 +114,7 @@ type world struct {
 	c      client.Client
 	clock  *clocktesting.FakePassiveClock
 	probes *fakeProbes
-	events *record.FakeRecorder
+	events *events.FakeRecorder
 	lease  types.NamespacedName
 	// logs are the handover's log lines.
 	logs *[]string
@@ -127,7 +127,7 @@ func newWorld(t *testing.T, extra ...client.Object) *world {
 	exp := fixtures.Exposure("bare-metal", fixtures.Nodes())
 	exp.Spec.Type = "cilium"
 	built, err := resources.Build(resources.Input{
-		Name: exp.Name, Namespace: exp.Namespace, Port: 443, Endpoints: exp.Spec.Endpoints, Families: []network.Family{network.IPv4},
+		Name: exp.Name, Namespace: exp.Namespace, Port: 443, Endpoints: exp.Spec.Endpoints, Families: []addressing.Family{addressing.IPv4},
 		Config: &exposure.ExposureConfig{Announcement: exposure.AnnouncementL2, Pool: exposure.Pool{CIDRs: []string{"203.0.113.0/28"}}},
 	})
 	if err != nil {
@@ -157,7 +157,7 @@ func newWorld(t *testing.T, extra ...client.Object) *world {
 	w := &world{
 		c: c, clock: clocktesting.NewFakePassiveClock(time.Now()),
 		probes: &fakeProbes{states: map[string]exposurehealth.State{}, tracked: map[types.NamespacedName][]string{}},
-		events: record.NewFakeRecorder(10), lease: LeaseKey(exp),
+		events: events.NewFakeRecorder(10), lease: LeaseKey(exp),
 	}
 	w.logs = &[]string{}
 	log := funcr.New(func(prefix, args string) { *w.logs = append(*w.logs, args) }, funcr.Options{})

@@ -31,5 +31,5 @@ func AddToManager(_ context.Context, mgr manager.Manager) error {
 		For(&resourcesv1alpha1.ManagedResource{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(obj client.Object) bool {
 			return client.ObjectKeyFromObject(obj) == cilium.ManagedResource
 		}))).
-		Complete(&Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor(ControllerName), Clock: clock.RealClock{}})
+		Complete(&Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder(ControllerName), Clock: clock.RealClock{}})
 }

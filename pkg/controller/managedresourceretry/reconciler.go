@@ -13,7 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -42,7 +42,7 @@ const MinInterval = 30 * time.Second
 // (pkg/resourcemanager/predicate/has_operation_annotation.go, pkg/controllerutils/reconciler OperationAnnotationWrapper).
 type Reconciler struct {
 	Client   client.Client
-	Recorder record.EventRecorder
+	Recorder events.EventRecorder
 	Clock    clock.Clock
 
 	mu        sync.Mutex
@@ -71,7 +71,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	retries.WithLabelValues(req.String()).Inc()
 	// The refusal itself is in the event and the ManagedResource's condition.
 	logf.FromContext(ctx).Info("Requested a reconcile of a ManagedResource whose apply the keep-pinned policies refused")
-	r.Recorder.Eventf(mr, corev1.EventTypeNormal, EventReason,
+	r.Recorder.Eventf(mr, nil, corev1.EventTypeNormal, EventReason, "RequestReconcile",
 		"Requested a reconcile: the keep-pinned admission policies refused its last apply while the extension's webhook did not answer, and the extension runs again (%s)", refusal)
 	return reconcile.Result{RequeueAfter: MinInterval}, nil
 }

@@ -12,7 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	testclock "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -45,7 +45,7 @@ func managedResource(status gardencorev1beta1.ConditionStatus, message string, a
 type fixture struct {
 	client   client.Client
 	clock    *testclock.FakeClock
-	recorder *record.FakeRecorder
+	recorder *events.FakeRecorder
 	r        *managedresourceretry.Reconciler
 }
 
@@ -53,7 +53,7 @@ func newFixture(mr *resourcesv1alpha1.ManagedResource) *fixture {
 	f := &fixture{
 		client:   fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(mr).WithStatusSubresource(mr).Build(),
 		clock:    testclock.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)),
-		recorder: record.NewFakeRecorder(10),
+		recorder: events.NewFakeRecorder(10),
 	}
 	f.r = &managedresourceretry.Reconciler{Client: f.client, Recorder: f.recorder, Clock: f.clock}
 	return f

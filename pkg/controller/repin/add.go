@@ -43,7 +43,7 @@ func AddToManager(_ context.Context, mgr manager.Manager) error {
 		Watches(&corev1.Pod{}, toKey, builder.WithPredicates(ciliumPodChanged)).
 		Watches(&corev1.Node{}, toKey, builder.WithPredicates(apiserverendpoints.MembershipChanged)).
 		Complete(&Reconciler{
-			Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor(ControllerName), Clock: clock.RealClock{}, Options: DefaultAddOptions,
+			Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder(ControllerName), Clock: clock.RealClock{}, Options: DefaultAddOptions,
 		})
 }
 

@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -30,35 +30,28 @@ import (
 
 // Options bound how fast stale pods are recreated.
 type Options struct {
-	// BatchSize is how many stranded pods are deleted at once. A starting agent lists and watches much of the
-	// cluster, so the batch, not maxUnavailable, is what kube-apiserver has to absorb at a time; the next batch
-	// follows as soon as this one's replacements are ready.
+	// BatchSize is how many stranded pods are deleted at once: what kube-apiserver has to absorb at a time, as each
+	// starting agent lists and watches much of the cluster.
 	BatchSize int
 	// BatchTimeout is how long a batch's replacements may take to be ready before the next batch goes anyway.
 	BatchTimeout time.Duration
 	// SlowInterval is the least time between two recreations of degraded or unpinned pods, which still reach
 	// kube-apiserver.
 	SlowInterval time.Duration
-	// ProbeRetry is how long after a dry run came back stale the owner is probed again. The webhook answers from
-	// the view of the replica kube-apiserver calls, which can lag this leader's by the moment it takes the Node update
-	// to reach that replica's informer; or it was unreachable for a restart. Either passes within seconds, and a dry
-	// run per owner costs kube-apiserver next to nothing.
+	// ProbeRetry is how long after a dry run came back stale the owner is probed again: the webhook replica
+	// kube-apiserver calls may lag this leader's view for a moment (docs/apiserver-access.md, "Re-pinning").
 	ProbeRetry time.Duration
 }
 
-// DefaultOptions: 50 agents starting at once is what a kube-apiserver of a few hundred nodes absorbs without its
-// priority and fairness queues filling; a thousand stranded agents are back in twenty batches, minutes rather than
-// the hours one node at a time would take.
+// DefaultOptions bring a thousand stranded agents back in twenty batches (docs/apiserver-access.md, "Re-pinning").
 var DefaultOptions = Options{BatchSize: 50, BatchTimeout: 2 * time.Minute, SlowInterval: time.Minute, ProbeRetry: 5 * time.Second}
 
-// Reconciler recreates Cilium's pods whose pinning is stale (Classify): it deletes them, and their DaemonSet or
-// ReplicaSet creates replacements, which the webhook pins to the current members. It deletes only after a dry-run
-// create of such a pod came back from kube-apiserver pinned to the current members, which proves the whole admission
-// path; stranded pods first (NotReady ones before Ready ones) in batches, degraded, unpinned and misplaced ones one at
-// a time.
+// Reconciler recreates Cilium's pods whose pinning is stale (Classify) by deleting them for their DaemonSet or ReplicaSet
+// to replace, which the webhook pins to the current members; only after a dry-run create came back so pinned, stranded
+// pods first in batches, the others one at a time (docs/apiserver-access.md, "Re-pinning").
 type Reconciler struct {
 	Client   client.Client
-	Recorder record.EventRecorder
+	Recorder events.EventRecorder
 	Clock    clock.Clock
 	Options  Options
 
@@ -263,7 +256,9 @@ func (r *Reconciler) event(pod *corev1.Pod, pinning Pinning, members apiserveren
 		TypeMeta:   metav1.TypeMeta{APIVersion: owner.APIVersion, Kind: owner.Kind},
 		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: owner.Name, UID: owner.UID},
 	}
-	r.Recorder.Eventf(ref, corev1.EventTypeNormal, EventReason,
+	// The pod as the related object: events of the same regarding object and reason would otherwise fold into one
+	// series that keeps the first pod's note (client-go tools/events getKey).
+	r.Recorder.Eventf(ref, pod, corev1.EventTypeNormal, EventReason, "Recreate",
 		"Recreating pod %s on node %s: its pinning to kube-apiserver is %s (control-plane members now %v)", pod.Name, pod.Spec.NodeName, pinning, members.Addresses)
 }
 

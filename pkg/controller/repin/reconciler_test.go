@@ -14,7 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	testclock "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -46,7 +46,7 @@ func ownedAgent(name, node string, ready bool, aliases ...string) *corev1.Pod {
 type fixture struct {
 	client   client.Client
 	clock    *testclock.FakeClock
-	recorder *record.FakeRecorder
+	recorder *events.FakeRecorder
 	r        *repin.Reconciler
 	dryRuns  int
 }
@@ -56,7 +56,7 @@ type fixture struct {
 // runs for real), or unchanged, as when the webhook does not answer.
 func newFixture(t *testing.T, webhookAnswers bool, pods ...*corev1.Pod) *fixture {
 	t.Helper()
-	f := &fixture{clock: testclock.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)), recorder: record.NewFakeRecorder(100)}
+	f := &fixture{clock: testclock.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)), recorder: events.NewFakeRecorder(100)}
 	cp := fixtures.Node("cp-0", "10.0.1.10", true)
 	cp.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
 	objs := []client.Object{cp}

@@ -21,7 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	extensionscontroller "github.com/gardener/gardener/extensions/pkg/controller"
@@ -29,6 +29,7 @@ import (
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 	reconcilerutils "github.com/gardener/gardener/pkg/controllerutils/reconciler"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/addressing"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/ciliumconfig"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/config"
@@ -50,7 +51,7 @@ const reasonAnnounced = "Announced"
 
 type actuator struct {
 	client   client.Client
-	recorder record.EventRecorder
+	recorder events.EventRecorder
 	// reader reads without the cache: the cache may lag behind what was applied.
 	reader client.Reader
 	// owned lists what exposures own, from informers once they have synced.
@@ -66,7 +67,7 @@ type actuator struct {
 }
 
 // NewActuator returns the actuator of SelfHostedShootExposures of type cilium.
-func NewActuator(c client.Client, reader client.Reader, recorder record.EventRecorder, owned lister, ingressWait time.Duration, probes *health.Registry) extensionsselfhostedshootexposure.Actuator {
+func NewActuator(c client.Client, reader client.Reader, recorder events.EventRecorder, owned lister, ingressWait time.Duration, probes *health.Registry) extensionsselfhostedshootexposure.Actuator {
 	return &actuator{client: c, reader: reader, recorder: recorder, owned: owned, ingressWait: ingressWait, pollInterval: 20 * time.Millisecond, health: probes, procNet: network.ProcNet}
 }
 
@@ -152,7 +153,7 @@ func (a *actuator) Reconcile(ctx context.Context, log logr.Logger, exp *extensio
 		return nil, err
 	}
 	log.Info("Cilium announces the VIP", "announcement", cfg.Announcement, "nodes", announcers, "waited", time.Since(start).String())
-	a.recorder.Eventf(exp, corev1.EventTypeNormal, reasonAnnounced, "VIP %s announced by %s (%s)", ingressIPs(ingress), strings.Join(announcers, ", "), cfg.Announcement)
+	a.recorder.Eventf(exp, nil, corev1.EventTypeNormal, reasonAnnounced, "Announce", "VIP %s announced by %s (%s)", ingressIPs(ingress), strings.Join(announcers, ", "), cfg.Announcement)
 	return ingress, nil
 }
 
@@ -196,7 +197,7 @@ func (a *actuator) replaceServiceOfOtherClass(ctx context.Context, log logr.Logg
 // waitForIngress returns the Service's ingress once LB-IPAM has assigned it from the exposure's pool, and fails early
 // with Cilium's own explanation when it cannot: LB-IPAM disables the younger of two overlapping pools, and a pool of
 // someone else's that selects every Service then hands out a VIP that the exposure's configuration never named.
-func (a *actuator) waitForIngress(ctx context.Context, desired *corev1.Service, poolName string, configured network.Pool) ([]corev1.LoadBalancerIngress, error) {
+func (a *actuator) waitForIngress(ctx context.Context, desired *corev1.Service, poolName string, configured addressing.Pool) ([]corev1.LoadBalancerIngress, error) {
 	var (
 		svc  = &corev1.Service{}
 		pool = &ciliumv2.CiliumLoadBalancerIPPool{}

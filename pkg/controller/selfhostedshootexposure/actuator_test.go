@@ -11,7 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	extensionscontroller "github.com/gardener/gardener/extensions/pkg/controller"
@@ -34,7 +34,7 @@ func TestReconcileReadsTheStoredCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(probes.Stop)
-	a := NewActuator(c, c, record.NewFakeRecorder(10), c, 0, probes).(*actuator)
+	a := NewActuator(c, c, events.NewFakeRecorder(10), c, 0, probes).(*actuator)
 	a.procNet = t.TempDir()
 	exp := fixtures.Exposure(stored.Name, fixtures.Nodes())
 	_, err = a.Reconcile(context.Background(), logr.Discard(), exp, &extensionscontroller.Cluster{Shoot: cached})

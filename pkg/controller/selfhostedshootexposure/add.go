@@ -50,33 +50,11 @@ type AddOptions struct {
 	Probes health.Settings
 }
 
-// AddToManagerWithOptions adds the controller to mgr, with the watches that bring a VIP assigned by Cilium into the
-// status at once and apply a changed Shoot (its exposure providerConfig, its networking) within seconds.
-//
-// Gardener's generic reconciler watches only SelfHostedShootExposures and reconciles on its operation annotation, so
-// everything that must cause a reconciliation asks for one with that annotation (requestReconcile). Each of the ways
-// an exposure waits has a reason of its own:
-//   - within a reconciliation, a poll of up to IngressWait for LB-IPAM's VIP and the announcement: gardenadm counts an
-//     exposure with a lastError as failed after about 30s, so a VIP that comes within seconds must end up in this
-//     reconciliation's status rather than in a later one;
-//   - RequeueAfterError when that poll runs out, so that a VIP that never comes keeps being looked for;
-//   - the Service trigger: LB-IPAM may assign or change the VIP after the reconciliation has ended (pool edits,
-//     LB-IPAM restarted), which no exposure event reports;
-//   - the Cluster trigger: gardenadm edits only the Cluster when the Shoot's exposure configuration changes
-//     (gardener v1.150 does not copy it into the exposure);
-//   - the health trigger: the probers see a kube-apiserver go out or come back, which no API object reports;
-//   - the leader trigger: the probers run in the leader and start with a reconciliation, which Gardener's generic
-//     reconciler does not do for a succeeded exposure when a new leader starts;
-//   - not a wait, but a second cache: the owned objects are listed from metadata informers of their own
-//     (ownedObjects), because kube-apiserver answers label-selected lists of a kind whose watch cache is still
-//     initialising with 429 and a second's Retry-After, which made every first reconciliation after a start slow.
-//
-// These triggers are separate controllers because their sources differ (a Service, a Cluster, a channel, the start of
-// a term); the Service, health and leader triggers share exposureTrigger, and all of them requestReconcile.
+// AddToManagerWithOptions adds the controller to mgr on Gardener's generic reconciler, with the triggers that ask it
+// for a reconciliation when a VIP is assigned, the Shoot changes, an endpoint's readiness changes or a leader term
+// starts (docs/development/exposure-controller.md).
 func AddToManagerWithOptions(ctx context.Context, mgr manager.Manager, opts AddOptions) error {
-	// Informers the reconciliation reads start with the manager rather than on the first exposure, whose
-	// reconciliation would otherwise wait for their initial sync (gardenadm waits for the exposure); for the kinds
-	// of Cilium's CRDs, as soon as Cilium has installed them.
+	// Informers the reconciliation reads start with the manager, Cilium's kinds once its CRDs are served.
 	owned, err := newOwnedObjects(mgr)
 	if err != nil {
 		return err
@@ -104,7 +82,7 @@ func AddToManagerWithOptions(ctx context.Context, mgr manager.Manager, opts AddO
 		return err
 	}
 	if err := extensionsselfhostedshootexposure.Add(mgr, extensionsselfhostedshootexposure.AddArgs{
-		Actuator:          NewActuator(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorderFor(ControllerName), owned, opts.IngressWait, probes),
+		Actuator:          NewActuator(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder(ControllerName), owned, opts.IngressWait, probes),
 		ControllerOptions: opts.Controller,
 		Predicates:        extensionsselfhostedshootexposure.DefaultPredicates(opts.IgnoreOperationAnnotation),
 		Type:              Type,

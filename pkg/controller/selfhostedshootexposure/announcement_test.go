@@ -15,15 +15,15 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	reconcilerutils "github.com/gardener/gardener/pkg/controllerutils/reconciler"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/addressing"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/network"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
@@ -63,7 +63,7 @@ func actuatorWith(objs ...client.Object) *actuator {
 		objs = append(objs, n)
 	}
 	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(objs...).WithStatusSubresource(&ciliumv2.CiliumBGPNodeConfig{}).Build()
-	return &actuator{client: c, reader: c, recorder: record.NewFakeRecorder(10), ingressWait: 300 * time.Millisecond}
+	return &actuator{client: c, reader: c, recorder: events.NewFakeRecorder(10), ingressWait: 300 * time.Millisecond}
 }
 
 // built are the exposure's objects as the actuator applies them for cfg.
@@ -72,7 +72,7 @@ func built(t *testing.T, cfg *exposure.ExposureConfig) *resources.Objects {
 	cfg.Pool = exposure.Pool{CIDRs: []string{"203.0.113.0/28"}}
 	objs, err := resources.Build(resources.Input{
 		Name: "bare-metal", Namespace: "kube-system", Port: 443, Endpoints: fixtures.Exposure("bare-metal", fixtures.Nodes()).Spec.Endpoints,
-		Families: []network.Family{network.IPv4}, Config: cfg,
+		Families: []addressing.Family{addressing.IPv4}, Config: cfg,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -195,8 +195,8 @@ func TestWaitForIngressReadsTheCurrentService(t *testing.T) {
 	old.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "203.0.113.10"}}
 	cached := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(old, objs.Pool.DeepCopy()).Build()
 	current := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(objs.Service.DeepCopy(), objs.Pool.DeepCopy()).Build()
-	a := &actuator{client: cached, reader: current, recorder: record.NewFakeRecorder(10), ingressWait: 300 * time.Millisecond, pollInterval: 20 * time.Millisecond}
-	ingress, err := a.waitForIngress(context.Background(), objs.Service, objs.Pool.Name, network.Pool{})
+	a := &actuator{client: cached, reader: current, recorder: events.NewFakeRecorder(10), ingressWait: 300 * time.Millisecond, pollInterval: 20 * time.Millisecond}
+	ingress, err := a.waitForIngress(context.Background(), objs.Service, objs.Pool.Name, addressing.Pool{})
 	var requeue *reconcilerutils.RequeueAfterError
 	if !errors.As(err, &requeue) {
 		t.Fatalf("got ingress %v, error %v; want a requeue while kube-apiserver's Service has no ingress", ingress, err)

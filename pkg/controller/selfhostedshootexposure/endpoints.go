@@ -73,7 +73,7 @@ func (a *actuator) reportEndpoints(ctx context.Context, exp *extensionsv1alpha1.
 		return fmt.Errorf("reporting the endpoints' readiness: %w", err)
 	}
 	if previous != nil || status != gardencorev1beta1.ConditionTrue {
-		a.recorder.Event(exp, eventType, reason, message)
+		a.recorder.Eventf(exp, nil, eventType, reason, "PublishEndpoints", "%s", message)
 	}
 	return nil
 }

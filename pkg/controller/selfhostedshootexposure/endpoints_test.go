@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -30,7 +30,7 @@ func TestReportEndpoints(t *testing.T) {
 	refused := health.State{Reason: "dial tcp 10.0.1.11:443: connect: connection refused"}
 	exp := &extensionsv1alpha1.SelfHostedShootExposure{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "bare-metal"}}
 	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(exp).WithStatusSubresource(exp).Build()
-	recorder := record.NewFakeRecorder(10)
+	recorder := events.NewFakeRecorder(10)
 	a := &actuator{client: c, recorder: recorder}
 
 	for _, step := range []struct {

@@ -31,9 +31,7 @@ import (
 // serviceTriggerName names the controller that watches the exposures' Services.
 const serviceTriggerName = ControllerName + "-service"
 
-// addServiceTrigger watches the Services of exposures. When Cilium assigns or changes a VIP that the exposure's
-// status does not show yet, it asks Gardener's generic reconciler for a reconciliation the way Gardener itself does,
-// with the operation annotation: the generic controller watches only SelfHostedShootExposures.
+// addServiceTrigger asks for a reconciliation of an exposure whose Service has a VIP that its status does not show.
 func addServiceTrigger(mgr manager.Manager) error {
 	return builder.ControllerManagedBy(mgr).
 		Named(serviceTriggerName).
@@ -60,8 +58,7 @@ var ingressChanged = predicate.Funcs{
 
 // vipNotInStatus: the exposure's Service has a VIP that its status does not show.
 func vipNotInStatus(ctx context.Context, c client.Client, exp *extensionsv1alpha1.SelfHostedShootExposure) (bool, error) {
-	// Not even created yet: its first reconciliation reads the VIP itself. One in progress is not skipped: the cache
-	// may still show it in progress after it has ended, and a VIP that changed after it looked would be lost.
+	// Not created yet: its first reconciliation reads the VIP; one in progress is not skipped (exposure-controller.md).
 	if exp.Status.LastOperation == nil {
 		return false, nil
 	}
@@ -91,14 +88,9 @@ func (t *exposureTrigger) Reconcile(ctx context.Context, req reconcile.Request) 
 	return requestReconcile(ctx, t.client, exp)
 }
 
-// requestReconcile asks Gardener's generic reconciler for a reconciliation of exp the way Gardener itself does, with
-// the operation annotation, unless exp is not of this controller, is being deleted or has another operation pending.
-//
-// exp comes from the cache, which may still show a reconcile annotation that Gardener's wrapper has already removed
-// (OperationAnnotationWrapper removes it before the reconciler reads the Cluster). Skipping on that stale annotation
-// lost a Shoot edit that arrived while a reconciliation was starting. So the patch always goes out, with exp's
-// resourceVersion: a stale copy gets a conflict and the request is retried on a fresher one; on a current copy that
-// already asks for a reconcile, the patch changes nothing and the pending reconciliation reads what triggered this.
+// requestReconcile asks Gardener's generic reconciler for a reconciliation of exp with the operation annotation,
+// unless exp is not of this controller, is being deleted or has another operation pending. The patch always goes out,
+// on exp's resourceVersion, also when the cached exp already asks for one (docs/development/exposure-controller.md).
 func requestReconcile(ctx context.Context, c client.Client, exp *extensionsv1alpha1.SelfHostedShootExposure) (reconcile.Result, error) {
 	if op := exp.Annotations[v1beta1constants.GardenerOperation]; exp.Spec.Type != Type || exp.DeletionTimestamp != nil ||
 		(op != "" && op != v1beta1constants.GardenerOperationReconcile) {
@@ -121,10 +113,8 @@ const staleCacheRetry = 100 * time.Millisecond
 // clusterTriggerName names the controller that watches the Cluster resources.
 const clusterTriggerName = ControllerName + "-cluster"
 
-// addClusterTrigger watches the Cluster resources. Gardener does not copy the Shoot's exposure providerConfig into the
-// exposure and redeploys the exposure only when its type or endpoints change; so when the Shoot's exposure
-// configuration or networking changes, this asks for a reconciliation of the cilium exposures in the Cluster's
-// namespace (on a self-hosted shoot, the Cluster kube-system and the exposure beside it).
+// addClusterTrigger asks for a reconciliation of the cilium exposures in a Cluster's namespace when the parts of its
+// Shoot the exposure reads change, which Gardener does not copy into the exposure.
 func addClusterTrigger(mgr manager.Manager) error {
 	return builder.ControllerManagedBy(mgr).
 		Named(clusterTriggerName).
@@ -142,9 +132,8 @@ var exposureInputChanged = predicate.Funcs{
 	GenericFunc: func(event.GenericEvent) bool { return false },
 }
 
-// exposureInput is what of the Cluster's Shoot the exposure depends on: its workers (where the control plane's
-// exposure and its providerConfig are), networking and kube-proxy setting. A Shoot that does not decode counts as
-// changed, so that the exposure reports it.
+// exposureInput is what of the Cluster's Shoot the exposure depends on: its workers, networking and kube-proxy setting.
+// A Shoot that does not decode counts as changed, so that the exposure reports it.
 func exposureInput(obj client.Object) any {
 	shoot, err := extensions.ShootFromCluster(obj.(*extensionsv1alpha1.Cluster))
 	if err != nil || shoot == nil {
@@ -178,11 +167,8 @@ func (t *clusterTrigger) Reconcile(ctx context.Context, req reconcile.Request) (
 // leaderTriggerName names the controller that has a new leader reconcile the exposures once.
 const leaderTriggerName = ControllerName + "-leader"
 
-// addLeaderTrigger has every exposure that was reconciled before reconciled once more when a leader term starts: the
-// probes of its endpoints run in the leader and start with the reconciliation (Track), and Gardener's generic
-// reconciler does not reconcile an exposure whose last operation succeeded when its controller starts. Without this,
-// a new leader would leave the endpoints' readiness as the old one last published until something else changed. The
-// informer lists the exposures when the controller starts, as create events.
+// addLeaderTrigger has every exposure that was reconciled before reconciled once more when a leader term starts, so
+// that its endpoints' probes start; the informer lists the exposures at the start as create events.
 func addLeaderTrigger(mgr manager.Manager) error {
 	return builder.ControllerManagedBy(mgr).
 		Named(leaderTriggerName).

@@ -2,16 +2,9 @@
 //
 // SPDX-License-Identifier: Apache-2.0
 
-// Package staleaddress replaces this replica's own pod once its node no longer has the pod's address.
-//
-// The extension runs in the host network and binds its servers to the pod's address, and kubelet keeps a host-network
-// pod's IPs as they were when it started ("HostNetwork Pods inherit the node IPs as PodIPs. They are immutable once
-// set", k8s.io/kubernetes pkg/kubelet/kubelet_pods.go generateAPIPodStatus). When a control-plane node's address
-// changes (a DHCP lease that moved), the pod keeps the old one: the extension's Service sends kube-apiserver's webhook
-// calls there and kubelet probes it there, so the webhooks fail open and kubelet restarts the container with the old
-// address again, for as long as the pod exists. Only a new pod gets the node's new address; the DaemonSet controller
-// makes one as soon as this one is deleted. The extension runs in the host network: the host's own interfaces say
-// whether the address is still the node's.
+// Package staleaddress replaces this replica's own pod once its node no longer has the pod's address: kubelet keeps a
+// host-network pod's IPs as they were when it started, and only a new pod gets the node's new address
+// (docs/operations.md, "A control-plane node changed its address or was replaced").
 package staleaddress
 
 import (
@@ -112,8 +105,7 @@ func Replace(ctx context.Context, c client.Writer, pod Pod, log logr.Logger) err
 var ErrStale = errors.New("the host no longer has this pod's address; the pod was deleted for the DaemonSet to replace it")
 
 // ReplaceIfStale deletes pod and returns ErrStale when the host does not have its address, before the extension binds
-// its servers to it: kubelet restarts the container of a pod that keeps failing its probes with the pod's old address,
-// and a process that cannot bind would never get to replace its pod.
+// its servers to it: a process that cannot bind would never get to replace its pod.
 func ReplaceIfStale(ctx context.Context, c client.Writer, pod Pod, log logr.Logger) error {
 	if !pod.Complete() {
 		return nil

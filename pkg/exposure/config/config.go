@@ -18,10 +18,10 @@ import (
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/addressing"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure/helper"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure/validation"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/network"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
 )
 
@@ -50,13 +50,13 @@ func Raw(exp *extensionsv1alpha1.SelfHostedShootExposure, shoot *gardencorev1bet
 }
 
 // Families are the shoot's IP families; a shoot without networking settings is IPv4.
-func Families(shoot *gardencorev1beta1.Shoot) []network.Family {
+func Families(shoot *gardencorev1beta1.Shoot) []addressing.Family {
 	if shoot == nil || shoot.Spec.Networking == nil || len(shoot.Spec.Networking.IPFamilies) == 0 {
-		return []network.Family{network.IPv4}
+		return []addressing.Family{addressing.IPv4}
 	}
-	families := make([]network.Family, 0, len(shoot.Spec.Networking.IPFamilies))
+	families := make([]addressing.Family, 0, len(shoot.Spec.Networking.IPFamilies))
 	for _, f := range shoot.Spec.Networking.IPFamilies {
-		families = append(families, network.Family(f))
+		families = append(families, addressing.Family(f))
 	}
 	return families
 }
@@ -65,8 +65,8 @@ func Families(shoot *gardencorev1beta1.Shoot) []network.Family {
 // validated, its pool parsed, and the shoot's IP families. Load derives it once.
 type Exposure struct {
 	Config   *exposure.ExposureConfig
-	Pool     network.Pool
-	Families []network.Family
+	Pool     addressing.Pool
+	Families []addressing.Family
 }
 
 // Site is what the extension knows of the shoot's network beyond the Shoot and the exposure, for validation.
@@ -94,7 +94,7 @@ func Load(exp *extensionsv1alpha1.SelfHostedShootExposure, shoot *gardencorev1be
 	if errs := validation.ValidateExposureConfig(cfg, env, path); len(errs) > 0 {
 		return nil, errs.ToAggregate()
 	}
-	pool, errs := network.ParsePool(cfg.Pool, path.Child("pool"))
+	pool, errs := validation.ParsePool(cfg.Pool, path.Child("pool"))
 	if len(errs) > 0 {
 		return nil, errs.ToAggregate()
 	}

@@ -3,19 +3,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package health probes the kube-apiserver behind each endpoint of the exposures, so that the VIP sends new
-// connections only to kube-apiservers that are ready. A prober per endpoint address, shared by the exposures that list
-// it, asks `GET /readyz` over HTTPS about once a second, verifying the certificate under the name Cilium's connections
-// to the control-plane nodes verify it (apiserverendpoints.ServerName: Gardener's certificate holds no node IP) and
-// authenticated, since Gardener may switch anonymous access off: with a short-lived token of a ServiceAccount that may
-// do nothing else (the chart's prober account, Settings.ServiceAccount). After FailureThreshold failures in a
-// row an endpoint counts as not ready, after SuccessThreshold successes as ready again.
-//
-// Cilium maps an EndpointSlice endpoint that is neither ready, serving nor terminating to BackendStateMaintenance
-// (pkg/loadbalancer/reflectors/conversions.go in 1.19 and 1.20, the switch on be.Conditions), and leaves a backend in
-// maintenance out of the service's slots in the services map while keeping its backend entry
-// (pkg/loadbalancer/reconciler/bpf_reconciler.go, "Backends that are in maintenance are not included in the services
-// map"): no new connection goes to it, established ones keep their conntrack entries. The services map is the one that
-// socket-LB, tc and XDP all read, so this holds for the VIP on every path.
+// connections only to kube-apiservers that are ready: a prober per endpoint address asks `GET /readyz`, verified under
+// apiserverendpoints.ServerName and authenticated with tokens of a ServiceAccount that may do nothing else, and counts
+// an endpoint not ready after FailureThreshold failures in a row; Cilium then sends that backend no new connection
+// (docs/usage/exposure.md, "Only ready kube-apiservers get new connections").
 package health
 
 import (
@@ -53,9 +44,8 @@ type Settings struct {
 	ServiceAccount string
 }
 
-// DefaultSettings take an endpoint out about 2 s after its kube-apiserver stops being ready (within 2.5 s when it
-// hangs), and back after 2 s: a kube-apiserver answers /readyz in milliseconds, and two probes in a row keep a single
-// lost one from moving traffic.
+// DefaultSettings take an endpoint out about 2 s after its kube-apiserver stops being ready, and back after 2 s; two
+// probes in a row keep a single lost one from moving traffic.
 var DefaultSettings = Settings{Interval: time.Second, Timeout: 500 * time.Millisecond, FailureThreshold: 2, SuccessThreshold: 2}
 
 // Validate says which setting is out of range.
@@ -127,10 +117,9 @@ type Registry struct {
 	running atomic.Int32
 }
 
-// NewRegistry returns a registry whose probes verify as config does, under apiserverendpoints.ServerName, and
-// authenticate with tokens of settings.ServiceAccount, or as config does. When the State of an address changes,
-// changed is called from its prober's goroutine with the exposures that list the address and a context that ends when
-// the prober stops. purpose labels the metrics.
+// NewRegistry returns a registry whose probes verify as config does under apiserverendpoints.ServerName and
+// authenticate with tokens of settings.ServiceAccount (or as config does). changed is called from a prober's goroutine
+// when its address's State changes, with the exposures that list it; purpose labels the metrics.
 func NewRegistry(config *rest.Config, purpose string, settings Settings, changed func(ctx context.Context, exposures []types.NamespacedName)) (*Registry, error) {
 	if err := settings.Validate(); err != nil {
 		return nil, err
@@ -368,9 +357,8 @@ func (p *prober) observe(ctx context.Context, err error) {
 }
 
 // Publish decides which endpoints to publish as not ready, by address with the reason, from their states. When every
-// endpoint is not ready (allFailing), it publishes none as not ready: a VIP without a ready backend refuses every
-// connection, and when all probes fail at once the probing itself is suspect (the extension's own network, a changed
-// certificate); a single control-plane node stays published whatever its probes say.
+// endpoint is not ready (allFailing) it publishes none as not ready, as a VIP without a ready backend refuses every
+// connection and the probing itself is suspect; a single control-plane node stays published whatever its probes say.
 func Publish(states map[string]State) (notReady map[string]string, allFailing bool) {
 	notReady = map[string]string{}
 	for addr, s := range states {

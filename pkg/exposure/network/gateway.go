@@ -2,6 +2,7 @@
 //
 // SPDX-License-Identifier: Apache-2.0
 
+// Package network reads the network of the extension's node: the gateways of its default routes.
 package network
 
 import (

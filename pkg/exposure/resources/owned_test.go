@@ -8,8 +8,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/addressing"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/network"
 )
 
 // TestOwnedKindsCoverBuild: every object Build makes, for L2 and for BGP with its own cluster config and peers, is of
@@ -24,7 +24,7 @@ func TestOwnedKindsCoverBuild(t *testing.T) {
 	}
 	built := map[string]bool{}
 	for _, cfg := range []*exposure.ExposureConfig{l2Config("203.0.113.0/28"), bgp} {
-		objs, err := Build(input([]network.Family{network.IPv4}, cfg, endpoint("cp-0", internal("10.0.1.10"))))
+		objs, err := Build(input([]addressing.Family{addressing.IPv4}, cfg, endpoint("cp-0", internal("10.0.1.10"))))
 		if err != nil {
 			t.Fatal(err)
 		}

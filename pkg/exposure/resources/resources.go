@@ -32,8 +32,8 @@ import (
 	v1beta1constants "github.com/gardener/gardener/pkg/apis/core/v1beta1/constants"
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/addressing"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/network"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/identity"
 )
 
@@ -69,7 +69,7 @@ type Input struct {
 	// Endpoints are the control-plane nodes (spec.endpoints).
 	Endpoints []extensionsv1alpha1.ControlPlaneEndpoint
 	// Families are the shoot's IP families (spec.networking.ipFamilies), in its order.
-	Families []network.Family
+	Families []addressing.Family
 	// Config is the validated, defaulted exposure configuration.
 	Config *exposure.ExposureConfig
 	// NotReady are the endpoints, by EndpointAddress, whose kube-apiserver is not ready: published with ready and
@@ -197,7 +197,7 @@ type nodeAddr struct {
 
 // endpointAddresses picks the InternalIPs of each family from the endpoints. Hostnames and external addresses are
 // never used: a name may resolve to the VIP itself, and kube-apiserver listens on the node's internal address.
-func endpointAddresses(in Input) (map[network.Family][]nodeAddr, error) {
+func endpointAddresses(in Input) (map[addressing.Family][]nodeAddr, error) {
 	endpointsPath := field.NewPath("spec", "endpoints")
 	if len(in.Endpoints) == 0 {
 		return nil, field.Required(endpointsPath, "no control-plane endpoint to expose")
@@ -205,7 +205,7 @@ func endpointAddresses(in Input) (map[network.Family][]nodeAddr, error) {
 	if in.Port < 1 || in.Port > 65535 {
 		return nil, field.Invalid(field.NewPath("spec", "port"), in.Port, "must be between 1 and 65535")
 	}
-	byFamily := map[network.Family][]nodeAddr{}
+	byFamily := map[addressing.Family][]nodeAddr{}
 	var errs field.ErrorList
 	for i, ep := range in.Endpoints {
 		found := false
@@ -218,7 +218,7 @@ func endpointAddresses(in Input) (map[network.Family][]nodeAddr, error) {
 				continue
 			}
 			addr = addr.Unmap()
-			if f := network.FamilyOf(addr); slices.Contains(in.Families, f) {
+			if f := addressing.FamilyOf(addr); slices.Contains(in.Families, f) {
 				byFamily[f] = append(byFamily[f], nodeAddr{node: ep.NodeName, addr: addr})
 				found = true
 			}
@@ -325,7 +325,7 @@ func service(in Input) *corev1.Service {
 
 // endpointSlices are the slices of one family, at most 1000 endpoints each. nodeName is set on every endpoint: Cilium
 // counts a backend as local to a node only by it (BGP and L2 with externalTrafficPolicy Local).
-func endpointSlices(in Input, f network.Family, addrs []nodeAddr) []*discoveryv1.EndpointSlice {
+func endpointSlices(in Input, f addressing.Family, addrs []nodeAddr) []*discoveryv1.EndpointSlice {
 	var slices []*discoveryv1.EndpointSlice
 	for i := 0; i < len(addrs); i += maxEndpointsPerSlice {
 		chunk := addrs[i:min(i+maxEndpointsPerSlice, len(addrs))]

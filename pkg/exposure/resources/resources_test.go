@@ -18,8 +18,8 @@ import (
 
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/addressing"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/network"
 )
 
 func endpoint(node string, addrs ...corev1.NodeAddress) extensionsv1alpha1.ControlPlaneEndpoint {
@@ -30,7 +30,7 @@ func internal(ip string) corev1.NodeAddress {
 	return corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip}
 }
 
-func input(families []network.Family, cfg *exposure.ExposureConfig, endpoints ...extensionsv1alpha1.ControlPlaneEndpoint) Input {
+func input(families []addressing.Family, cfg *exposure.ExposureConfig, endpoints ...extensionsv1alpha1.ControlPlaneEndpoint) Input {
 	return Input{Name: "bare-metal", Namespace: "kube-system", Port: 443, Endpoints: endpoints, Families: families, Config: cfg}
 }
 
@@ -47,7 +47,7 @@ func TestBuildIPv4L2(t *testing.T) {
 	cfg := l2Config("203.0.113.10/32")
 	cfg.LoadBalancerIPs = []string{"203.0.113.10"}
 	cfg.L2 = &exposure.L2{Interfaces: []string{"^eth[0-9]+"}}
-	objs, err := Build(input([]network.Family{network.IPv4}, cfg, dualStackEndpoints...))
+	objs, err := Build(input([]addressing.Family{addressing.IPv4}, cfg, dualStackEndpoints...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func TestBuildIPv4L2(t *testing.T) {
 }
 
 func TestBuildIPv6(t *testing.T) {
-	objs, err := Build(input([]network.Family{network.IPv6}, l2Config("2001:db8::/120"), dualStackEndpoints...))
+	objs, err := Build(input([]addressing.Family{addressing.IPv6}, l2Config("2001:db8::/120"), dualStackEndpoints...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func TestBuildDualStackBGP(t *testing.T) {
 			},
 		},
 	}
-	objs, err := Build(input([]network.Family{network.IPv4, network.IPv6}, cfg, dualStackEndpoints...))
+	objs, err := Build(input([]addressing.Family{addressing.IPv4, addressing.IPv6}, cfg, dualStackEndpoints...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +251,7 @@ func TestBuildBGPReusingClusterConfig(t *testing.T) {
 		Pool:         exposure.Pool{CIDRs: []string{"203.0.113.0/28"}},
 		BGP:          &exposure.BGP{ClusterConfigName: new("datacenter"), AdvertisementLabels: map[string]string{"advertise": "kube-apiserver"}},
 	}
-	objs, err := Build(input([]network.Family{network.IPv4}, cfg, dualStackEndpoints...))
+	objs, err := Build(input([]addressing.Family{addressing.IPv4}, cfg, dualStackEndpoints...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +266,7 @@ func TestBuildBGPReusingClusterConfig(t *testing.T) {
 func TestBuildCustomNodeSelector(t *testing.T) {
 	cfg := l2Config("203.0.113.10/32")
 	cfg.L2.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"rack": "a"}}
-	objs, err := Build(input([]network.Family{network.IPv4}, cfg, dualStackEndpoints...))
+	objs, err := Build(input([]addressing.Family{addressing.IPv4}, cfg, dualStackEndpoints...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +281,7 @@ func TestBuildSplitsEndpointSlices(t *testing.T) {
 		for i := range n {
 			endpoints = append(endpoints, endpoint(fmt.Sprintf("cp-%d", i), internal(fmt.Sprintf("10.%d.%d.%d", i/65536, i/256%256, i%256))))
 		}
-		objs, err := Build(input([]network.Family{network.IPv4}, l2Config("203.0.113.10/32"), endpoints...))
+		objs, err := Build(input([]addressing.Family{addressing.IPv4}, l2Config("203.0.113.10/32"), endpoints...))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -311,12 +311,12 @@ func TestBuildRejectsBadEndpoints(t *testing.T) {
 		in   Input
 		want string
 	}{
-		"no endpoints":         {input([]network.Family{network.IPv4}, l2Config("203.0.113.10/32")), "spec.endpoints: Required"},
-		"hostname only":        {input([]network.Family{network.IPv4}, l2Config("203.0.113.10/32"), dualStackEndpoints[0], hostnameOnly), "spec.endpoints[1].addresses"},
-		"IPv6-only on IPv4":    {input([]network.Family{network.IPv4}, l2Config("203.0.113.10/32"), ipv6Only), "spec.endpoints[0].addresses"},
-		"no IPv6 on dualstack": {input([]network.Family{network.IPv4, network.IPv6}, l2Config("203.0.113.10/32", "2001:db8::/120"), endpoint("cp-4", internal("10.0.0.4"))), "no endpoint has an IPv6 InternalIP"},
+		"no endpoints":         {input([]addressing.Family{addressing.IPv4}, l2Config("203.0.113.10/32")), "spec.endpoints: Required"},
+		"hostname only":        {input([]addressing.Family{addressing.IPv4}, l2Config("203.0.113.10/32"), dualStackEndpoints[0], hostnameOnly), "spec.endpoints[1].addresses"},
+		"IPv6-only on IPv4":    {input([]addressing.Family{addressing.IPv4}, l2Config("203.0.113.10/32"), ipv6Only), "spec.endpoints[0].addresses"},
+		"no IPv6 on dualstack": {input([]addressing.Family{addressing.IPv4, addressing.IPv6}, l2Config("203.0.113.10/32", "2001:db8::/120"), endpoint("cp-4", internal("10.0.0.4"))), "no endpoint has an IPv6 InternalIP"},
 		"port out of range": {func() Input {
-			in := input([]network.Family{network.IPv4}, l2Config("203.0.113.10/32"), dualStackEndpoints...)
+			in := input([]addressing.Family{addressing.IPv4}, l2Config("203.0.113.10/32"), dualStackEndpoints...)
 			in.Port = 70000
 			return in
 		}(), "spec.port"},
@@ -343,7 +343,7 @@ func TestServiceNameStaysADNSLabel(t *testing.T) {
 // serving false (Cilium then selects it for no new connection), in each family by its own address; the others stay
 // ready; EndpointAddresses names them as NotReady does.
 func TestBuildPublishesNotReadyEndpoints(t *testing.T) {
-	in := input([]network.Family{network.IPv4, network.IPv6}, l2Config("203.0.113.10/32", "2001:db8::/120"), dualStackEndpoints...)
+	in := input([]addressing.Family{addressing.IPv4, addressing.IPv6}, l2Config("203.0.113.10/32", "2001:db8::/120"), dualStackEndpoints...)
 	addrs, err := EndpointAddresses(in)
 	if err != nil {
 		t.Fatal(err)

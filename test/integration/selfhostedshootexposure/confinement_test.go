@@ -23,8 +23,8 @@ import (
 	v1beta1constants "github.com/gardener/gardener/pkg/apis/core/v1beta1/constants"
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/addressing"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/network"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/resources"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
 )
@@ -39,7 +39,7 @@ func exposureObjects(t *testing.T, name string, announcement exposure.Announceme
 		cfg.BGP = &exposure.BGP{LocalASN: new(int64(64512)), Peers: []exposure.BGPPeer{{Name: "tor", Address: "10.255.0.1", ASN: 64513}}}
 	}
 	objs, err := resources.Build(resources.Input{
-		Name: name, Namespace: "kube-system", Port: 443, Families: []network.Family{network.IPv4}, Config: cfg,
+		Name: name, Namespace: "kube-system", Port: 443, Families: []addressing.Family{addressing.IPv4}, Config: cfg,
 		Endpoints: []extensionsv1alpha1.ControlPlaneEndpoint{{NodeName: "cp-0", Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.10"}}}},
 	})
 	if err != nil {

@@ -23,14 +23,14 @@ import (
 
 	kubernetesutils "github.com/gardener/gardener/pkg/utils/kubernetes"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/addressing"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apis/exposure"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/network"
 )
 
 // Environment is what the configuration is validated against.
 type Environment struct {
 	// Families are the shoot's IP families; the pool must offer an address of each.
-	Families []network.Family
+	Families []addressing.Family
 	// Networks are the shoot's node, pod and service networks (spec.networking).
 	Networks []Network
 	// NodeAddresses are the control-plane nodes' addresses (the exposure's spec.endpoints), when known.
@@ -94,7 +94,7 @@ func ValidateExposureConfig(cfg *exposure.ExposureConfig, env Environment, fldPa
 			[]exposure.Announcement{exposure.AnnouncementL2, exposure.AnnouncementBGP}))
 	}
 
-	pool, errs := network.ParsePool(cfg.Pool, fldPath.Child("pool"))
+	pool, errs := ParsePool(cfg.Pool, fldPath.Child("pool"))
 	allErrs = append(allErrs, errs...)
 	if len(errs) > 0 {
 		return allErrs
@@ -114,7 +114,7 @@ func ValidateExposureConfig(cfg *exposure.ExposureConfig, env Environment, fldPa
 		}
 	}
 
-	seen := sets.New[network.Family]()
+	seen := sets.New[addressing.Family]()
 	for i, ip := range cfg.LoadBalancerIPs {
 		p := fldPath.Child("loadBalancerIPs").Index(i)
 		addr, err := netip.ParseAddr(ip)
@@ -125,10 +125,10 @@ func ValidateExposureConfig(cfg *exposure.ExposureConfig, env Environment, fldPa
 		if !pool.Contains(addr) {
 			allErrs = append(allErrs, field.Invalid(p, ip, "not in the pool"))
 		}
-		if seen.Has(network.FamilyOf(addr)) {
+		if seen.Has(addressing.FamilyOf(addr)) {
 			allErrs = append(allErrs, field.Duplicate(p, ip))
 		}
-		seen.Insert(network.FamilyOf(addr))
+		seen.Insert(addressing.FamilyOf(addr))
 		if slices.Contains(env.NodeAddresses, addr) || slices.Contains(env.OtherNodeAddresses, addr) {
 			allErrs = append(allErrs, field.Invalid(p, ip, "is a node's own address: the VIP must be an address no node has"))
 		}
@@ -147,7 +147,7 @@ func ValidateExposureConfig(cfg *exposure.ExposureConfig, env Environment, fldPa
 
 // validatePoolPlacement rejects pool blocks in special ranges or in the shoot's pod and service networks, and an
 // unpinned pool that could hand out a node's address.
-func validatePoolPlacement(cfg *exposure.ExposureConfig, pool network.Pool, env Environment, fldPath *field.Path) field.ErrorList {
+func validatePoolPlacement(cfg *exposure.ExposureConfig, pool addressing.Pool, env Environment, fldPath *field.Path) field.ErrorList {
 	allErrs := field.ErrorList{}
 	type block struct {
 		path        *field.Path
@@ -439,4 +439,45 @@ func isCommunity(s string, parts int, max uint64) bool {
 func isUint(s string, max uint64) bool {
 	v, err := strconv.ParseUint(s, 10, 64)
 	return err == nil && v <= max
+}
+
+// ParsePool parses and checks the CIDRs and ranges of a pool.
+func ParsePool(p exposure.Pool, fldPath *field.Path) (addressing.Pool, field.ErrorList) {
+	var (
+		pool    addressing.Pool
+		allErrs field.ErrorList
+	)
+	if len(p.CIDRs) == 0 && len(p.Ranges) == 0 {
+		return pool, field.ErrorList{field.Required(fldPath, "the pool needs at least one CIDR or range")}
+	}
+	for i, c := range p.CIDRs {
+		prefix, err := netip.ParsePrefix(c)
+		if err != nil {
+			allErrs = append(allErrs, field.Invalid(fldPath.Child("cidrs").Index(i), c, "not a CIDR"))
+			continue
+		}
+		if prefix != prefix.Masked() {
+			allErrs = append(allErrs, field.Invalid(fldPath.Child("cidrs").Index(i), c, fmt.Sprintf("host bits are set (did you mean %s?)", prefix.Masked())))
+			continue
+		}
+		pool.Prefixes = append(pool.Prefixes, prefix)
+	}
+	for i, r := range p.Ranges {
+		rp := fldPath.Child("ranges").Index(i)
+		start, errStart := netip.ParseAddr(r.Start)
+		stop, errStop := netip.ParseAddr(r.Stop)
+		switch {
+		case errStart != nil:
+			allErrs = append(allErrs, field.Invalid(rp.Child("start"), r.Start, "not an IP address"))
+		case errStop != nil:
+			allErrs = append(allErrs, field.Invalid(rp.Child("stop"), r.Stop, "not an IP address"))
+		case start.Is4() != stop.Is4():
+			allErrs = append(allErrs, field.Invalid(rp, r, "start and stop are of different IP families"))
+		case stop.Less(start):
+			allErrs = append(allErrs, field.Invalid(rp, r, "stop is before start"))
+		default:
+			pool.Ranges = append(pool.Ranges, [2]netip.Addr{start, stop})
+		}
+	}
+	return pool, allErrs
 }
