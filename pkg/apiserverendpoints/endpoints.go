@@ -81,8 +81,8 @@ func URL(host string) string {
 	return "https://" + host + ":" + PortString
 }
 
-// IsControlPlaneNode tells whether a Node runs kube-apiserver or is joining to run it, by the control-plane taint kubelet
-// registers or the label gardener-node-agent adds later; it decides what the node's own Cilium pods get
+// IsControlPlaneNode tells whether a Node runs kube-apiserver or is joining to run it, by the control-plane taint
+// kubelet registers or the label gardener-node-agent adds later; it decides what the node's own Cilium pods get
 // (docs/apiserver-access.md, "What each pod gets").
 func IsControlPlaneNode(node *corev1.Node) bool {
 	return IsMember(node) || slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool {
@@ -196,8 +196,8 @@ func (c ControlPlane) HostAliases(key string) []corev1.HostAlias {
 // KubeconfigPrefix and KubeconfigSuffix enclose the one variable of the endpoints ConfigMap's kubeconfig, its server
 // URL: the chart's policy endpoints-configmap-shape compares the kubeconfig with them character for character (a test
 // keeps both equal), so that no writer can slip an exec entry or skipped verification into every Cilium pod
-// (docs/operations.md, "What the extension's token can and cannot do"). They hold no quote and no backslash, for a
-// CEL raw string.
+// (docs/operations/security.md, "What the extension's token can and cannot do"). They hold no quote and no
+// backslash, for a CEL raw string.
 const (
 	KubeconfigPrefix = `apiVersion: v1
 kind: Config

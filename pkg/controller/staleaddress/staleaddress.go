@@ -4,7 +4,7 @@
 
 // Package staleaddress replaces this replica's own pod once its node no longer has the pod's address: kubelet keeps a
 // host-network pod's IPs as they were when it started, and only a new pod gets the node's new address
-// (docs/operations.md, "A control-plane node changed its address or was replaced").
+// (docs/operations/failure-modes.md, "A control-plane node changed its address or was replaced").
 package staleaddress
 
 import (

@@ -213,7 +213,8 @@ func vipWithOneAPIServerDown(t *testing.T, l *lane, exp *extensionsv1alpha1.Self
 			}
 			// The announcer's agent learns of the published endpoint a moment after the slice is written: 1.20.2's
 			// agents took up to 4.6 s now and then, their own API listing the backend as active meanwhile
-			// (docs/operations.md, "A kube-apiserver behind the VIP is not ready"). The requests go on until the VIP serves again.
+			// (docs/operations/failure-modes.md, "A kube-apiserver behind the VIP is not ready"). The requests go on
+			// until the VIP serves again.
 			checkOutage(t, o, "new connections through the VIP")
 			t.Logf("%s's kube-apiserver down, its node up: %d of %d new connections through the VIP failed, the last %s after the stop; "+
 				"published not ready after %s; lease held by %s, then %s (moved after %s); back: published ready after %s, %d of %d failed; the extension pod back on its node's after %s",
