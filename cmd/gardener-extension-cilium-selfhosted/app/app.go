@@ -43,9 +43,9 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverfailover"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
-	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/l2handover"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/selfhostedshootexposure"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/staleaddress"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/processmodel"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/webhookserver"
 )
@@ -62,6 +62,8 @@ type options struct {
 	handover         *handoverOptions
 	pod              *podOptions
 	controllers      *extensionscmdcontroller.SwitchOptions
+	// failover is the process's dialer to kube-apiserver on a self-hosted shoot's control-plane node, nil elsewhere.
+	failover         *apiserverfailover.Dialer
 	webhooks         *extensionscmdwebhook.AddToManagerOptions
 	optionAggregator extensionscmdcontroller.OptionAggregator
 
@@ -87,8 +89,8 @@ func newOptions() *options {
 		probes:       newProbeOptions(),
 		handover:     newHandoverOptions(),
 		pod:          newPodOptions(),
-		controllers:  ControllerSwitchOptions(),
 	}
+	o.controllers = processmodel.Switches(o.controllerList())
 	// No shoot webhooks are delivered as a ManagedResource: on a self-hosted shoot the framework merges them into the
 	// MutatingWebhookConfiguration it reconciles itself (--self-hosted-shoot-cluster). NewAddToManagerOptions copies
 	// the server and switch options: from here on only o.webhooks.Server and o.webhooks.Switch count.
@@ -197,7 +199,7 @@ func (o *options) run(ctx context.Context) error {
 	processOptions := options
 	processOptions.LeaderElection = false
 	config := o.rest.Completed().Config
-	failover := failoverDialer(config, o.general.SelfHostedShootCluster, o.pod.IP)
+	o.failover = failoverDialer(config, o.general.SelfHostedShootCluster, o.pod.IP)
 	if o.general.SelfHostedShootCluster {
 		writer, err := client.New(config, client.Options{})
 		if err != nil {
@@ -231,20 +233,8 @@ func (o *options) run(ctx context.Context) error {
 	if err := o.addWebhooks(ctx, mgr); err != nil {
 		return fmt.Errorf("could not add webhooks to manager: %w", err)
 	}
-	// Outside the leader terms: the leader may run on the very node whose announcement is to be handed over, or whose
-	// address changed.
-	if err := l2handover.AddToManager(mgr, o.handover.Options); err != nil {
-		return err
-	}
-	if o.general.SelfHostedShootCluster {
-		if err := staleaddress.AddToManager(mgr, o.pod.Pod); err != nil {
-			return err
-		}
-	}
-	if failover != nil {
-		if err := apiserverfailover.AddToManager(mgr, failover); err != nil {
-			return err
-		}
+	if err := o.controllers.Completed().AddToManager(ctx, processmodel.InEveryReplica(mgr)); err != nil {
+		return fmt.Errorf("could not add the controllers of every replica: %w", err)
 	}
 	terms, err := o.leaderTerms(ctx, config, mgr, options)
 	if err != nil {

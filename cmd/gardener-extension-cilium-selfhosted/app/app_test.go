@@ -7,12 +7,15 @@ package app
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/processmodel"
 )
 
 const kubeconfig = `apiVersion: v1
@@ -137,5 +140,28 @@ func TestFailoverDialer(t *testing.T) {
 		if (d != nil) != tc.want || (config.Dial != nil) != tc.want {
 			t.Errorf("%s, self-hosted %t: dialer %v, Dial set %t; want a fallback %t", tc.host, tc.selfHosted, d, config.Dial != nil, tc.want)
 		}
+	}
+}
+
+// TestEveryControllerIsSwitchable: --controllers lists every controller, those that run in every replica too, and
+// --disable-controllers takes each of them.
+func TestEveryControllerIsSwitchable(t *testing.T) {
+	o := newOptions()
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	o.optionAggregator.AddFlags(fs)
+	usage := fs.Lookup("controllers").Usage
+	kinds := map[processmodel.Where]int{}
+	for _, c := range o.controllerList() {
+		kinds[c.Where]++
+		if !strings.Contains(usage, c.Name) {
+			t.Errorf("--controllers' help %q does not list %s", usage, c.Name)
+		}
+		o := completed(t, "--self-hosted-shoot-cluster", "--disable-controllers="+c.Name)
+		if !slices.Contains(o.controllers.Disabled, c.Name) {
+			t.Errorf("--disable-controllers=%s: disabled %v", c.Name, o.controllers.Disabled)
+		}
+	}
+	if kinds[processmodel.EveryReplica] == 0 || kinds[processmodel.LeaderTerm] == 0 {
+		t.Errorf("controllers by where they run: %v, want both kinds", kinds)
 	}
 }

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/leadership"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/processmodel"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/webhookserver"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/webhook/apiserveraccess"
 )
@@ -66,17 +66,17 @@ func (o *options) unmanagedWebhookCertificates() bool {
 	return o.webhooks.Server.Completed().Namespace == ""
 }
 
-// leaderTerms runs the controllers and the leader's half of the webhook wiring in leader terms (pkg/leadership), so
+// leaderTerms runs the controllers and the leader's half of the webhook wiring in leader terms (pkg/processmodel), so
 // that a lost lease never stops the webhook server.
-func (o *options) leaderTerms(ctx context.Context, config *rest.Config, process manager.Manager, options manager.Options) (*leadership.Terms, error) {
-	var lock leadership.Lock
+func (o *options) leaderTerms(ctx context.Context, config *rest.Config, process manager.Manager, options manager.Options) (*processmodel.Terms, error) {
+	var lock processmodel.Lock
 	if options.LeaderElection {
 		var err error
-		if lock, err = leadership.NewLock(config, process, options); err != nil {
+		if lock, err = processmodel.NewLock(config, process, options); err != nil {
 			return nil, fmt.Errorf("could not create the leader lock: %w", err)
 		}
 	}
-	return &leadership.Terms{
+	return &processmodel.Terms{
 		Config: config, Process: process, Lock: lock, Options: options,
 		Log: process.GetLogger().WithName("leadership"),
 		Fill: func(term manager.Manager) error {
@@ -185,7 +185,7 @@ type withWebhookServer struct {
 func (m withWebhookServer) GetWebhookServer() webhook.Server { return m.server }
 
 func (m runnablesNeedingLeadership) Add(r manager.Runnable) error {
-	if leadership.NeedsLeaderElection(r) != m.leader {
+	if processmodel.NeedsLeaderElection(r) != m.leader {
 		return nil
 	}
 	if m.registrationFirst != nil {

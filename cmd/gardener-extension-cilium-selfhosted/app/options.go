@@ -5,6 +5,7 @@
 package app
 
 import (
+	"context"
 	"fmt"
 	"os"
 
@@ -12,11 +13,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	componentbaseconfigv1alpha1 "k8s.io/component-base/config/v1alpha1"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
-	extensionscmdcontroller "github.com/gardener/gardener/extensions/pkg/controller/cmd"
 	extensionscmdwebhook "github.com/gardener/gardener/extensions/pkg/webhook/cmd"
 	"github.com/gardener/gardener/pkg/client/kubernetes"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverfailover"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/endpointsconfigmap"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/l2handover"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/managedresourceretry"
@@ -24,6 +26,7 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/selfhostedshootexposure"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/staleaddress"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/health"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/processmodel"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/webhook/apiserveraccess"
 )
 
@@ -34,18 +37,35 @@ const ExtensionName = "cilium-selfhosted"
 // SelfHostedOnly are the controllers and webhooks that only make sense inside a self-hosted shoot; they are switched
 // off unless --self-hosted-shoot-cluster is set.
 var (
-	selfHostedOnlyControllers = []string{endpointsconfigmap.ControllerName, managedresourceretry.ControllerName, repin.ControllerName}
-	selfHostedOnlyWebhooks    = apiserveraccess.WebhookNames
+	selfHostedOnlyControllers = []string{endpointsconfigmap.ControllerName, managedresourceretry.ControllerName, repin.ControllerName,
+		l2handover.Name, staleaddress.Name, apiserverfailover.Name}
+	selfHostedOnlyWebhooks = apiserveraccess.WebhookNames
 )
 
-// ControllerSwitchOptions are the controllers of this extension, for --controllers / --disable-controllers.
-func ControllerSwitchOptions() *extensionscmdcontroller.SwitchOptions {
-	return extensionscmdcontroller.NewSwitchOptions(
-		extensionscmdcontroller.Switch(endpointsconfigmap.ControllerName, endpointsconfigmap.AddToManager),
-		extensionscmdcontroller.Switch(managedresourceretry.ControllerName, managedresourceretry.AddToManager),
-		extensionscmdcontroller.Switch(repin.ControllerName, repin.AddToManager),
-		extensionscmdcontroller.Switch(selfhostedshootexposure.ControllerName, selfhostedshootexposure.AddToManager),
-	)
+// controllerList are the extension's controllers and where each runs (docs/development/process-model.md), for
+// --controllers / --disable-controllers. Those of every replica read the options when they are added.
+func (o *options) controllerList() []processmodel.Controller {
+	return []processmodel.Controller{
+		{Name: endpointsconfigmap.ControllerName, Where: processmodel.LeaderTerm, Add: endpointsconfigmap.AddToManager},
+		{Name: managedresourceretry.ControllerName, Where: processmodel.LeaderTerm, Add: managedresourceretry.AddToManager},
+		{Name: repin.ControllerName, Where: processmodel.LeaderTerm, Add: repin.AddToManager},
+		{Name: selfhostedshootexposure.ControllerName, Where: processmodel.LeaderTerm, Add: selfhostedshootexposure.AddToManager},
+		// The leader may run on the very node whose announcement is to be handed over.
+		{Name: l2handover.Name, Where: processmodel.EveryReplica, Add: func(_ context.Context, mgr manager.Manager) error {
+			return l2handover.AddToManager(mgr, o.handover.Options)
+		}},
+		// Each replica looks after its own pod.
+		{Name: staleaddress.Name, Where: processmodel.EveryReplica, Add: func(_ context.Context, mgr manager.Manager) error {
+			return staleaddress.AddToManager(mgr, o.pod.Pod)
+		}},
+		// Each process's own way to kube-apiserver.
+		{Name: apiserverfailover.Name, Where: processmodel.EveryReplica, Add: func(_ context.Context, mgr manager.Manager) error {
+			if o.failover == nil {
+				return nil
+			}
+			return apiserverfailover.AddToManager(mgr, o.failover)
+		}},
+	}
 }
 
 // WebhookSwitchOptions are the webhooks of this extension, for --disable-webhooks.

@@ -138,7 +138,7 @@ func (c *Cluster) startExtensions(ctx context.Context, args []string) error {
 
 // WaitForExtensionLeader waits up to three minutes until an extension pod leads, renewing its lease after this call:
 // its leader term runs the controllers. After kube-apiserver was away, a term may still be pausing after failures in
-// a row (pkg/leadership), and a case that needs the controllers would wait for it on its own clock.
+// a row (pkg/processmodel), and a case that needs the controllers would wait for it on its own clock.
 func (c *Cluster) WaitForExtensionLeader(ctx context.Context) error {
 	since := time.Now()
 	return c.waitForExtensionLeader(ctx, 3*time.Minute, func(lease coordinationv1.LeaseSpec) bool {

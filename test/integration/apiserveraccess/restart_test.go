@@ -58,7 +58,7 @@ func TestWebhookOutlivesAPIServerRestart(t *testing.T) {
 		t.Fatalf("the extension exited: %v\n%s", env.Extension.Err(), env.Extension.LogTail(40))
 	default:
 	}
-	// Either message of pkg/leadership: the lease lost, or a runnable of the term failed without kube-apiserver.
+	// Either message of pkg/processmodel: the lease lost, or a runnable of the term failed without kube-apiserver.
 	if log := env.Extension.Log()[logBefore:]; !strings.Contains(log, "webhooks keep being served") {
 		t.Errorf("the extension's leader term did not end during 30 s without kube-apiserver; the test did not test what it says:\n%s", log)
 	}

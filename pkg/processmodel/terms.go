@@ -2,12 +2,7 @@
 //
 // SPDX-License-Identifier: Apache-2.0
 
-// Package leadership runs the leader-elected half of a process in terms, so that losing the leader lease, or
-// kube-apiserver going away, ends a term and never the process: controller-runtime's manager exits on a lost lease, and
-// with one control-plane node that happens at every kube-apiserver restart (docs/development/process-model.md). Each
-// term is a manager of its own, built anew, campaigning on one lock for the whole process and sharing its cache and
-// client.
-package leadership
+package processmodel
 
 import (
 	"context"

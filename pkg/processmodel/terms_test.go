@@ -2,7 +2,7 @@
 //
 // SPDX-License-Identifier: Apache-2.0
 
-package leadership_test
+package processmodel_test
 
 import (
 	"context"
@@ -30,7 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/leadership"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/processmodel"
 )
 
 // lock is a lease lock in memory that stands for the Lease in kube-apiserver; while down, every call fails as when
@@ -206,7 +206,7 @@ func terms(t *testing.T, l *lock, work *leaderWork, failBuilds int) (stop func()
 		mu    sync.Mutex
 		built int
 	)
-	ts := &leadership.Terms{
+	ts := &processmodel.Terms{
 		Config: &rest.Config{Host: "https://127.0.0.1:1"}, Process: proc, Lock: l, Options: fast,
 		Fill: func(term manager.Manager) error {
 			mu.Lock()
