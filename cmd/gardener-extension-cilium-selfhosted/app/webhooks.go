@@ -21,12 +21,9 @@ import (
 )
 
 // addWebhooks wires the webhooks into the process's manager, which serves them in every replica whether it leads or
-// not. Gardener's wiring (extensions/pkg/webhook/cmd/options.go AddToManager, webhook/certificates/add.go) adds to one
-// manager both what every replica runs (the handlers, the reloader of the server certificate) and what only the leader
-// runs (registering the MutatingWebhookConfiguration, rotating the CA and server certificate); the second half goes to
-// each leader term (addLeaderWebhookParts). With unmanaged certificates (no --webhook-config-namespace, for
-// development) the certificates are generated when the wiring runs, so it runs once, in the process's manager, and
-// each replica registers its own CA.
+// not; the leader's half of Gardener's wiring goes to each term (addLeaderWebhookParts, pkg/processmodel). With
+// unmanaged certificates (no --webhook-config-namespace, for development) the certificates are generated when the
+// wiring runs, so it runs once, in the process's manager, and each replica registers its own CA.
 func (o *options) addWebhooks(ctx context.Context, mgr manager.Manager) error {
 	mgr = withMatchConditions{Manager: mgr}
 	if o.registeringWebhookServer != nil {
@@ -36,7 +33,7 @@ func (o *options) addWebhooks(ctx context.Context, mgr manager.Manager) error {
 		_, err := o.webhooks.Completed().AddToManager(ctx, mgr, nil)
 		return err
 	}
-	_, err := o.webhooks.Completed().AddToManager(ctx, runnablesNeedingLeadership{Manager: mgr, leader: false}, nil)
+	_, err := o.webhooks.Completed().AddToManager(ctx, processmodel.EveryReplicaWebhooks(mgr), nil)
 	return err
 }
 
@@ -58,7 +55,7 @@ func (o *options) addLeaderWebhookParts(ctx context.Context, process, term manag
 	}
 	defer os.RemoveAll(certDir)
 	unserved := webhook.NewServer(webhook.Options{CertDir: certDir})
-	_, err = o.webhooks.Completed().AddToManager(ctx, runnablesNeedingLeadership{Manager: withMatchConditions{Manager: term}, leader: true, server: unserved, registrationFirst: &registrationFirst{done: make(chan struct{})}}, nil)
+	_, err = o.webhooks.Completed().AddToManager(ctx, processmodel.LeaderWebhooks(withMatchConditions{Manager: term}, unserved), nil)
 	return err
 }
 
@@ -91,72 +88,6 @@ func (o *options) leaderTerms(ctx context.Context, config *rest.Config, process 
 	}, nil
 }
 
-// runnablesNeedingLeadership keeps only the runnables added to it that need leader election (leader) or only those
-// that do not, and drops the others.
-type runnablesNeedingLeadership struct {
-	manager.Manager
-	leader bool
-	// server, when set, stands in for the manager's webhook server.
-	server webhook.Server
-	// registrationFirst, when set, holds the runnables back until the first, the one-shot registration, has succeeded.
-	registrationFirst *registrationFirst
-}
-
-// registrationFirst orders the leader's half of Gardener's webhook wiring: its one-shot registration Gets the
-// MutatingWebhookConfiguration into the very object the certificate reconciler deep-copies as its source
-// (extensions/pkg/webhook/cmd/options.go AddToManager passes seedWebhookConfigs to both), so a reconcile during that
-// Get sent a half-decoded webhook, which the chart's -confine-webhook-configuration pin refused
-// (docs/development/testing.md, Flakes).
-type registrationFirst struct {
-	done    chan struct{}
-	started bool
-}
-
-// registrationType is the type of Gardener's one-shot registration, the first runnable its wiring adds.
-const registrationType = "cmd.runOnceWithLeaderElection"
-
-// add wraps r: the registration closes done once it succeeded, every later runnable waits for that.
-func (g *registrationFirst) add(r manager.Runnable) (manager.Runnable, error) {
-	if g.started {
-		return g.after(r), nil
-	}
-	if t := fmt.Sprintf("%T", r); t != registrationType {
-		return nil, fmt.Errorf("gardener's webhook wiring added %s first, not its registration %s: the order of its leader half changed", t, registrationType)
-	}
-	g.started = true
-	return g.registration(r), nil
-}
-
-func (g *registrationFirst) registration(r manager.Runnable) manager.Runnable {
-	return leaderRunnable(func(ctx context.Context) error {
-		if err := r.Start(ctx); err != nil {
-			return err
-		}
-		close(g.done)
-		return nil
-	})
-}
-
-func (g *registrationFirst) after(r manager.Runnable) manager.Runnable {
-	return leaderRunnable(func(ctx context.Context) error {
-		select {
-		case <-g.done:
-			if ctx.Err() != nil {
-				return nil
-			}
-			return r.Start(ctx)
-		case <-ctx.Done():
-			return nil
-		}
-	})
-}
-
-// leaderRunnable is a runnable that runs only while leading.
-type leaderRunnable func(context.Context) error
-
-func (r leaderRunnable) Start(ctx context.Context) error { return r(ctx) }
-func (r leaderRunnable) NeedLeaderElection() bool        { return true }
-
 // webhookLimits hold every caller of the webhook server to what kube-apiserver needs of it: a call is over after the
 // webhooks' timeout on kube-apiserver's side, so reading a body, or waiting for a slot, longer than that serves no one.
 // Eight requests at once, each buffering at most 7 MiB, keep a flood from the node network within the chart's memory
@@ -183,23 +114,3 @@ type withWebhookServer struct {
 }
 
 func (m withWebhookServer) GetWebhookServer() webhook.Server { return m.server }
-
-func (m runnablesNeedingLeadership) Add(r manager.Runnable) error {
-	if processmodel.NeedsLeaderElection(r) != m.leader {
-		return nil
-	}
-	if m.registrationFirst != nil {
-		var err error
-		if r, err = m.registrationFirst.add(r); err != nil {
-			return err
-		}
-	}
-	return m.Manager.Add(r)
-}
-
-func (m runnablesNeedingLeadership) GetWebhookServer() webhook.Server {
-	if m.server != nil {
-		return m.server
-	}
-	return m.Manager.GetWebhookServer()
-}
