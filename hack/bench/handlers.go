@@ -24,6 +24,7 @@ import (
 	extensionswebhook "github.com/gardener/gardener/extensions/pkg/webhook"
 	testutils "github.com/gardener/gardener/pkg/utils/test"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/scheme"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumchart"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/fixtures"
@@ -36,11 +37,26 @@ type noopMutator struct{}
 
 func (noopMutator) Mutate(context.Context, client.Object, client.Object) error { return nil }
 
+// asAgent hands the mutator section 13's pods as the agent's, which it selects by their k8s-app label: the bench
+// labels them otherwise, so that only its own webhook, not the extension's, admits them.
+type asAgent struct{ extensionswebhook.Mutator }
+
+func (m asAgent) Mutate(ctx context.Context, newObj, oldObj client.Object) error {
+	labels := newObj.GetLabels()
+	app := labels["k8s-app"]
+	labels["k8s-app"] = cilium.LabelValueAgent
+	defer func() { labels["k8s-app"] = app }()
+	return m.Mutator.Mutate(ctx, newObj, oldObj)
+}
+
 type fixture struct {
 	rendered  *ciliumchart.Objects
 	mutator   extensionswebhook.Mutator
 	webhooks  map[string]*extensionswebhook.Webhook // by name
 	noop      admission.Handler
+	// generic is Gardener's generic handler with the extension's own mutator: the candidate in place of the
+	// extension's handler (section 13).
+	generic   admission.Handler
 	allowOnly admission.Handler
 	// annotate adds one annotation: the least a webhook that changes the object makes kube-apiserver do.
 	annotate admission.Handler
@@ -76,6 +92,9 @@ func newFixture(version string) (*fixture, error) {
 	}
 	types := []extensionswebhook.Type{{Obj: &corev1.Pod{}}, {Obj: &corev1.ConfigMap{}}, {Obj: &appsv1.DaemonSet{}}, {Obj: &appsv1.Deployment{}}}
 	if f.noop, err = extensionswebhook.NewBuilder(mgr, admissionLogger).WithMutator(noopMutator{}, types...).Build(); err != nil {
+		return nil, err
+	}
+	if f.generic, err = extensionswebhook.NewBuilder(mgr, admissionLogger).WithMutator(asAgent{f.mutator}, types...).Build(); err != nil {
 		return nil, err
 	}
 	f.allowOnly = admission.HandlerFunc(func(context.Context, admission.Request) admission.Response { return admission.Allowed("") })

@@ -70,6 +70,7 @@ func startWebhookServer(f *fixture, dir string) (*webhookServer, error) {
 	server.Register("/"+apiserveraccess.AgentWebhookName, f.webhooks[apiserveraccess.AgentWebhookName].Webhook)
 	server.Register("/allow", &admission.Webhook{Handler: f.allowOnly})
 	server.Register("/annotate", &admission.Webhook{Handler: f.annotate})
+	server.Register("/generic", &admission.Webhook{Handler: f.generic})
 	if f.replay != nil {
 		server.Register("/replay", &admission.Webhook{Handler: f.replay})
 	}

@@ -40,7 +40,7 @@ func main() {
 	out := flag.String("out", "bench/results", "where to write the results")
 	version := flag.String("cilium-version", "1.19.7", "the Cilium chart and operator")
 	rerender := flag.String("render", "", "only write the Markdown of an earlier JSON result")
-	flag.StringVar(&only, "sections", "1,2,3,4,6,7,8,9,10,11,12", "the sections to run (5, memory, comes with 3 and 4)")
+	flag.StringVar(&only, "sections", "1,2,3,4,6,7,8,9,10,11,12,13", "the sections to run (5, memory, comes with 3 and 4)")
 	failovers := flag.Int("failovers", 10, "how many failovers section 6 measures per way of dying and lease timing")
 	flips := flag.Int("flips", 20, "how often section 7 takes an endpoint's kube-apiserver away and back")
 	reconnects := flag.Int("reconnects", 3, "how often section 8 ends a worker agent's connection to kube-apiserver per way and client setting")
@@ -103,7 +103,7 @@ func run(r *report, version string, n counts) error {
 			return err
 		}
 	}
-	if runs("3") || runs("4") {
+	if runs("3") || runs("4") || runs("13") {
 		if err := inCluster(r, f); err != nil {
 			return err
 		}
@@ -198,6 +198,12 @@ func inCluster(r *report, f *fixture) error {
 		memory(r, extension.Pid(), "after section 3 (pods admitted)")
 		// Section 4 starts cilium-operator, whose start-up would otherwise work through two thousand pods of no node.
 		if err := deleteBenchPods(ctx, env); err != nil {
+			return err
+		}
+	}
+	if runs("13") {
+		fmt.Println("==> 13. a rollout's burst of pod creations: the extension's handler and Gardener's generic one")
+		if err := rolloutBurst(ctx, r, env, f, burstPods, burstRounds); err != nil {
 			return err
 		}
 	}
