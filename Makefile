@@ -168,5 +168,4 @@ FUZZTIME ?= 30s
 .PHONY: fuzz
 fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzAdmission$$' -fuzztime=$(FUZZTIME) ./webhook/apiserveraccess
-	$(GO) test -run='^$$' -fuzz='^FuzzDecoders$$' -fuzztime=$(FUZZTIME) ./webhook/apiserveraccess
 	$(GO) test -run='^$$' -fuzz='^FuzzLoad$$' -fuzztime=$(FUZZTIME) ./pkg/exposure/config

@@ -32,7 +32,8 @@ const (
 )
 
 // wayGeneric admits the agent's pods with Gardener's generic handler and the extension's mutator, in a process of its
-// own as the extension's handler is.
+// own as the extension's handler is. It measured the extension's own handler against Gardener's
+// (docs/development/webhook-handler.md); since the extension moved to Gardener's, both ways run the same handler.
 var wayGeneric = way{name: "Gardener's generic handler with the extension's mutator", app: "bench-generic"}
 
 // rolloutBurst creates pods bursts times per way as the DaemonSet controller creates a burst: in slow-start batches of

@@ -50,10 +50,10 @@ func (m asAgent) Mutate(ctx context.Context, newObj, oldObj client.Object) error
 }
 
 type fixture struct {
-	rendered  *ciliumchart.Objects
-	mutator   extensionswebhook.Mutator
-	webhooks  map[string]*extensionswebhook.Webhook // by name
-	noop      admission.Handler
+	rendered *ciliumchart.Objects
+	mutator  extensionswebhook.Mutator
+	webhooks map[string]*extensionswebhook.Webhook // by name
+	noop     admission.Handler
 	// generic is Gardener's generic handler with the extension's own mutator: the candidate in place of the
 	// extension's handler (section 13).
 	generic   admission.Handler

@@ -72,12 +72,16 @@ func newWebhook(mgr manager.Manager, name string, selector *metav1.LabelSelector
 	for _, obj := range objs {
 		types = append(types, extensionswebhook.Type{Obj: obj})
 	}
+	h, err := newHandler(mgr, name, NewMutator(mgr.GetClient()), objs...)
+	if err != nil {
+		return nil, err
+	}
 	wh := &extensionswebhook.Webhook{
 		Name:    name,
 		Path:    name,
 		Target:  extensionswebhook.TargetShoot,
 		Types:   types,
-		Webhook: &admission.Webhook{Handler: &handler{name: name, mutator: NewMutator(mgr.GetClient())}, RecoverPanic: new(true)},
+		Webhook: &admission.Webhook{Handler: h, RecoverPanic: new(true)},
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{
 			corev1.LabelMetadataName: cilium.Namespace,
 		}},

@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"unicode/utf8"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -21,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/diff"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -67,7 +67,7 @@ func addSeeds(f *testing.F) {
 // Cilium's real rendered objects (testdata/seeds). It applies each patch to the whole object, as kube-apiserver does,
 // and checks that the handler never fails or panics, that the patched object decodes, that a second admission yields
 // no patch, and that nothing outside the documented env, args, keys, volume, mounts and host aliases changed: probes,
-// security contexts, resources and everything else the projection does not decode come through as they were.
+// security contexts, resources and everything else come through as they were.
 func FuzzAdmission(f *testing.F) {
 	addSeeds(f)
 
@@ -75,7 +75,7 @@ func FuzzAdmission(f *testing.F) {
 	for _, n := range fixtures.Nodes() {
 		objs = append(objs, n)
 	}
-	h := &handler{name: "fuzz", mutator: NewMutator(fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(objs...).Build())}
+	h := newTestHandler(f, "fuzz", NewMutator(fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(objs...).Build()))
 
 	f.Fuzz(func(t *testing.T, kindIndex uint8, update bool, data []byte) {
 		k := &kinds[int(kindIndex)%len(kinds)]
@@ -115,37 +115,20 @@ func FuzzAdmission(f *testing.F) {
 	})
 }
 
-// FuzzDecoders: the handler's decoder (json-iterator) reads every object as encoding/json does. Only valid UTF-8 is
-// compared: kube-apiserver encodes with encoding/json, which never sends anything else, and the two libraries repair
-// invalid bytes differently.
-func FuzzDecoders(f *testing.F) {
-	addSeeds(f)
-	f.Fuzz(func(t *testing.T, kindIndex uint8, _ bool, data []byte) {
-		k := &kinds[int(kindIndex)%len(kinds)]
-		if !utf8.Valid(data) {
-			return
-		}
-		want, err := k.decodeWith(json.Unmarshal, data)
-		if err != nil {
-			return
-		}
-		got, err := k.decode(data)
-		if err != nil {
-			t.Fatalf("encoding/json decodes it, the handler's decoder fails: %v", err)
-		}
-		if !equality.Semantic.DeepEqual(got, want) {
-			t.Fatalf("the decoders disagree:\n got %+v\nwant %+v", got, want)
-		}
-	})
-}
-
+// request is the admission request kube-apiserver sends for raw (old on UPDATE), with the kind's group and version.
 func request(kind string, raw, old []byte) admission.Request {
 	op := admissionv1.Create
 	if old != nil {
 		op = admissionv1.Update
 	}
+	gvk := metav1.GroupVersionKind{Kind: kind}
+	if k := kindNamed(kind); k != nil {
+		if g, err := apiutil.GVKForObject(k.object, scheme.New()); err == nil {
+			gvk = metav1.GroupVersionKind(g)
+		}
+	}
 	return admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
-		UID: "fuzz", Kind: metav1.GroupVersionKind{Kind: kind}, Operation: op,
+		UID: "fuzz", Kind: gvk, Operation: op,
 		Namespace: cilium.Namespace, Object: runtime.RawExtension{Raw: raw}, OldObject: runtime.RawExtension{Raw: old},
 	}}
 }

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	extensionswebhook "github.com/gardener/gardener/extensions/pkg/webhook"
+	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
@@ -33,19 +34,41 @@ type mutator struct {
 	shoots *selfhosted.ShootReader
 }
 
-// Mutate changes nothing unless the object is one of Cilium's in kube-system that its kind selects, and the cluster is
-// a self-hosted shoot. The namespace, deletion and kind checks hold even if the MutatingWebhookConfiguration's
-// selectors are edited.
+// Mutate changes nothing unless the object is one of Cilium's in kube-system, not being deleted, and the cluster is a
+// self-hosted shoot: Cilium's pods at creation (a pod's environment is immutable afterwards), their DaemonSets and
+// Deployments, and `cilium-config`, which Cilium's chart gives no labels (the webhook's match condition picks it by
+// name, and so does this). These checks hold even if the MutatingWebhookConfiguration's selectors are edited.
 func (m *mutator) Mutate(ctx context.Context, newObj, oldObj client.Object) error {
-	k := kindOf(newObj)
-	if k == nil || newObj.GetNamespace() != cilium.Namespace || newObj.GetDeletionTimestamp() != nil || !k.selects(newObj, oldObj) {
+	if newObj.GetNamespace() != cilium.Namespace || newObj.GetDeletionTimestamp() != nil {
+		return nil
+	}
+	var mutate func(*gardencorev1beta1.Shoot) error
+	switch obj := newObj.(type) {
+	case *corev1.Pod:
+		if oldObj == nil && cilium.IsWorkload(obj.Labels) {
+			mutate = func(*gardencorev1beta1.Shoot) error { return m.pinPod(ctx, obj) }
+		}
+	case *appsv1.DaemonSet:
+		if cilium.IsWorkload(obj.Labels) {
+			mutate = func(*gardencorev1beta1.Shoot) error { return m.pinTemplate(ctx, &obj.Spec.Template.Spec) }
+		}
+	case *appsv1.Deployment:
+		if cilium.IsWorkload(obj.Labels) {
+			mutate = func(*gardencorev1beta1.Shoot) error { return m.pinTemplate(ctx, &obj.Spec.Template.Spec) }
+		}
+	case *corev1.ConfigMap:
+		if obj.Name == cilium.ConfigMapName {
+			mutate = func(shoot *gardencorev1beta1.Shoot) error { m.mutateCiliumConfig(ctx, obj, shoot); return nil }
+		}
+	}
+	if mutate == nil {
 		return nil
 	}
 	shoot, err := m.shoots.Shoot(ctx)
 	if err != nil || shoot == nil {
 		return err
 	}
-	return k.mutate(ctx, m, k, newObj, shoot)
+	return mutate(shoot)
 }
 
 // pinTemplate gives a pod template the values of a pod whose node is not known: a template does not know its node, and

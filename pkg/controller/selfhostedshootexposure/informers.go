@@ -28,12 +28,9 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/identity"
 )
 
-// ownedObjects lists what exposures own. Reconciliations read it from metadata informers of the objects labelled
-// as this extension's, rather than from kube-apiserver: kube-apiserver refuses label-selected lists of a resource
-// whose watch cache is still initialising with 429 and "Retry-After: 1" (KEP-4568), which happens on the first
-// request for a CRD since kube-apiserver started, e.g. to the BGP kinds of a cluster that announces over L2, or when
-// cilium-operator starts at the same moment; client-go then waits a second per kind. Until a kind's informer has
-// synced (its CRD is not served yet, or the extension has just started) it is listed from kube-apiserver.
+// ownedObjects lists what exposures own from metadata informers of the objects labelled as this extension's, not from
+// kube-apiserver, whose label-selected lists of a kind with an initialising watch cache wait a second (KEP-4568,
+// docs/development/exposure-controller.md); a kind whose informer has not synced yet is listed from kube-apiserver.
 type ownedObjects struct {
 	cache  cache.Cache
 	reader client.Reader
