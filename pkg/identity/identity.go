@@ -7,6 +7,7 @@
 package identity
 
 import (
+	utilstrings "k8s.io/utils/strings"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -22,3 +23,11 @@ const FieldOwner = client.FieldOwner(Name)
 
 // ManagedBy is the label set that marks an object as owned by this extension.
 func ManagedBy() map[string]string { return map[string]string{LabelManagedBy: Name} }
+
+// eventNoteLimit is the longest note kube-apiserver accepts in an events.k8s.io/v1 Event (NoteLengthLimit,
+// k8s.io/kubernetes pkg/apis/core/validation/events.go); client-go's recorder sends a longer one as it is, and it is
+// lost.
+const eventNoteLimit = 1024
+
+// EventNote is note cut to what an event the extension records may carry.
+func EventNote(note string) string { return utilstrings.ShortenString(note, eventNoteLimit) }

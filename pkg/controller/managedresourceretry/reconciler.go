@@ -23,6 +23,8 @@ import (
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
 	v1beta1constants "github.com/gardener/gardener/pkg/apis/core/v1beta1/constants"
 	resourcesv1alpha1 "github.com/gardener/gardener/pkg/apis/resources/v1alpha1"
+
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/identity"
 )
 
 // RefusalMarker is part of the message of both keep-pinned ValidatingAdmissionPolicies of the extension's chart
@@ -71,8 +73,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	retries.WithLabelValues(req.String()).Inc()
 	// The refusal itself is in the event and the ManagedResource's condition.
 	logf.FromContext(ctx).Info("Requested a reconcile of a ManagedResource whose apply the keep-pinned policies refused")
-	r.Recorder.Eventf(mr, nil, corev1.EventTypeNormal, EventReason, "RequestReconcile",
-		"Requested a reconcile: the keep-pinned admission policies refused its last apply while the extension's webhook did not answer, and the extension runs again (%s)", refusal)
+	r.Recorder.Eventf(mr, nil, corev1.EventTypeNormal, EventReason, "RequestReconcile", "%s", identity.EventNote(fmt.Sprintf(
+		"Requested a reconcile: the keep-pinned admission policies refused its last apply while the extension's webhook did not answer, and the extension runs again (%s)", refusal)))
 	return reconcile.Result{RequeueAfter: MinInterval}, nil
 }
 

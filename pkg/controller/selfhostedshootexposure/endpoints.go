@@ -27,6 +27,7 @@ import (
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/exposure/health"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/identity"
 )
 
 // ConditionEndpointsReady says whether the kube-apiservers behind the exposure's endpoints are ready, and which are
@@ -73,7 +74,7 @@ func (a *actuator) reportEndpoints(ctx context.Context, exp *extensionsv1alpha1.
 		return fmt.Errorf("reporting the endpoints' readiness: %w", err)
 	}
 	if previous != nil || status != gardencorev1beta1.ConditionTrue {
-		a.recorder.Eventf(exp, nil, eventType, reason, "PublishEndpoints", "%s", message)
+		a.recorder.Eventf(exp, nil, eventType, reason, "PublishEndpoints", "%s", identity.EventNote(message))
 	}
 	return nil
 }

@@ -85,7 +85,10 @@ func (b *Baseline) Stop(ctx context.Context) error {
 // ReachedFrom counts, by source address, the connections that reached the advertised address: where the ClusterIP
 // leads. A node with the extension's agent is never among them.
 func (b *Baseline) ReachedFrom() map[string]int {
-	ep, _ := b.c.Node(BaselineControlPlane).sandbox.Endpoint(b.Advertised)
+	ep, ok := b.c.Node(BaselineControlPlane).sandbox.Endpoint(b.Advertised)
+	if !ok {
+		return nil
+	}
 	return ep.From()
 }
 

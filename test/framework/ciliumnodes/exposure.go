@@ -512,8 +512,8 @@ func (c *Cluster) handoverEvents(ctx context.Context, exp *extensionsv1alpha1.Se
 	return out, nil
 }
 
-// newHandoverEvent is the message of a HandedOver event on the exposure that is not among before (or was counted
-// again since), the one of a handover from holder if there is one, "" when there is none. After a failover the lease
+// newHandoverEvent is the message of a HandedOver event on the exposure that is not among before (each handover is an
+// event of its own: it names the lease as written, l2handover's events_test), the one of a handover from holder if there is one, "" when there is none. After a failover the lease
 // may be handed more than once (a handover undone, a lease its new holder released taken again). The recorder writes
 // events asynchronously: it is waited for a little.
 func (c *Cluster) newHandoverEvent(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure, before map[string]corev1.Event, holder string) (string, error) {
