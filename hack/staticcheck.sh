@@ -7,11 +7,9 @@
 # of the release's module, outside this module's build list). make lint runs it.
 set -euo pipefail
 version=v0.8.2
-cache=${CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/gardener-extension-cilium-selfhosted}
+. "$(dirname "$0")/./lib/cache.sh"
 bin=$cache/staticcheck-$version
-mkdir -p "$cache"
-exec 9>"$bin.lock"
-flock 9
+hold_lock "$bin.lock"
 if [ ! -x "$bin" ]; then
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverendpoints"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/cilium"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumchart"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/testenv"
@@ -135,7 +136,7 @@ func sameAdmission(ctx context.Context, env *testenv.Env, w way, prefix string) 
 	if w == wayNone {
 		return nil
 	}
-	for i, want := range map[int]string{0: "localhost", 3: "kube-apiserver.kube-system.svc.cluster.local"} {
+	for i, want := range map[int]string{0: apiserverendpoints.LocalHost, 3: apiserverendpoints.ServerName} {
 		pod := &corev1.Pod{}
 		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: fmt.Sprintf("%s-%d", prefix, i)}, pod); err != nil {
 			return err

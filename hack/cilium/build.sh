@@ -33,13 +33,10 @@ case "$version" in
   *) echo "no Cilium $line pinned under $here (found $version)" >&2; exit 1 ;;
 esac
 grep -q "\"$package\"" "$dir/tools.go" || { echo "$binary $version cannot be built here: see $dir/tools.go" >&2; exit 1; }
-cache=${CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/gardener-extension-cilium-selfhosted}
+. "$here/../lib/cache.sh"
 bin="$cache/$binary-$version"
 
-mkdir -p "$cache"
-# Suites that find no binary build it themselves, several at once under `go test ./...`: one builds, the others wait.
-exec 9>"$bin.lock"
-flock 9
+hold_lock "$bin.lock"
 if [ ! -x "$bin" ]; then
   echo ">> building $binary $version into $bin (cold: about 6 minutes)" >&2
   start=$SECONDS

@@ -17,7 +17,7 @@ pinned() { sed -nE "s#^[[:space:]]*(require[[:space:]]+)?$2[[:space:]]+(v[^[:spa
 k8s_version=$(pinned "$here/kubernetes" k8s.io/kubernetes)
 etcd_version=$(pinned "$here/etcd" go.etcd.io/etcd/server/v3)
 [ -n "$k8s_version" ] && [ -n "$etcd_version" ] || { echo "cannot read pinned versions from hack/envtest/*/go.mod" >&2; exit 1; }
-cache=${CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/gardener-extension-cilium-selfhosted}
+. "$here/../lib/cache.sh"
 dir="$cache/envtest-k8s-${k8s_version}-etcd-${etcd_version}"
 mkdir -p "$dir"
 

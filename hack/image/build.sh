@@ -27,9 +27,8 @@ name=localhost/gardener-extension-cilium-selfhosted:$version
 layout=${IMAGE_LAYOUT:-bin/image/oci}
 
 # One build at a time per checkout: the rootfs below is the build context's, and suites build side by side.
-mkdir -p bin/image
-exec 9>bin/image/.lock
-flock 9
+. hack/lib/cache.sh
+hold_lock bin/image/.lock
 
 for platform in ${platforms//,/ }; do
   hack/build.sh "${platform#linux/}" >/dev/null

@@ -7,7 +7,7 @@
 # there first when missing: apt-get download and dpkg -x, so that no package is installed and no service starts. The
 # registry suite runs it on 127.0.0.1 with a configuration of its own (test/framework/registry).
 set -euo pipefail
-cache=${CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/gardener-extension-cilium-selfhosted}
+. "$(dirname "$0")/../lib/cache.sh"
 
 if ! command -v apt-get >/dev/null || ! command -v dpkg >/dev/null; then
   echo "registry: apt-get and dpkg are missing: Debian's docker-registry is unpacked with them" >&2
@@ -20,9 +20,7 @@ if [ -z "$version" ]; then
 fi
 dir=$cache/docker-registry-${version//[^A-Za-z0-9.+-]/_}
 bin=$dir/usr/bin/docker-registry
-mkdir -p "$cache"
-exec 9>"$dir.lock"
-flock 9
+hold_lock "$dir.lock"
 if [ ! -x "$bin" ]; then
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT

@@ -30,7 +30,7 @@ fetched_paths=("$chart_path" pkg/apis/cilium/v1alpha1/types_network.go pkg/chart
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-cache=${CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/gardener-extension-cilium-selfhosted}
+. "$here/../lib/cache.sh"
 cached="$cache/networking-cilium-$commit"
 remedy="run hack/networking-cilium/chart.sh where $repo is reachable (it caches the chart in $cache), or set NETWORKING_CILIUM_CHART to charts/internal/cilium of a checkout of commit $pinned_commit"
 

@@ -15,6 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/apiserverfailover"
+	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/controller/staleaddress"
 	"github.com/gardener/gardener-extension-cilium-selfhosted/pkg/processmodel"
 )
 
@@ -163,5 +165,24 @@ func TestEveryControllerIsSwitchable(t *testing.T) {
 	}
 	if kinds[processmodel.EveryReplica] == 0 || kinds[processmodel.LeaderTerm] == 0 {
 		t.Errorf("controllers by where they run: %v, want both kinds", kinds)
+	}
+}
+
+// TestEnabledAsTheSwitchesSay: what runs of a controller before the manager exists (the stale-address check, the
+// failover dialer) follows --controllers and --disable-controllers as Gardener's switches do.
+func TestEnabledAsTheSwitchesSay(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"--self-hosted-shoot-cluster"}, true},
+		{nil, false},
+		{[]string{"--self-hosted-shoot-cluster", "--disable-controllers=" + staleaddress.Name}, false},
+		{[]string{"--self-hosted-shoot-cluster", "--controllers=" + apiserverfailover.Name}, false},
+		{[]string{"--self-hosted-shoot-cluster", "--controllers=" + staleaddress.Name}, true},
+	} {
+		if got := completed(t, tc.args...).enabled(staleaddress.Name); got != tc.want {
+			t.Errorf("%v: %s enabled %t, want %t", tc.args, staleaddress.Name, got, tc.want)
+		}
 	}
 }
