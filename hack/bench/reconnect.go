@@ -41,10 +41,14 @@ func agentReconnects(r *report, runs int) error {
 			}})
 		}
 		for _, defaults := range []bool{false, true} {
+			var clientDefaults []string
+			if defaults {
+				clientDefaults = []string{"worker-0"}
+			}
 			for _, way := range ways {
 				var after []time.Duration
 				for i := range runs {
-					if _, err := cluster.Run(ctx, ciliumnodes.Agents{ClientDefaults: defaults}); err != nil {
+					if _, err := cluster.Run(ctx, ciliumnodes.Agents{ClientDefaults: clientDefaults}); err != nil {
 						return err
 					}
 					rc, err := way.end(ctx)

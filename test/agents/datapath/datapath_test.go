@@ -141,7 +141,12 @@ func TestBlackHoledControlPlaneNode(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			if err := l.run(ctx, ciliumnodes.Agents{ClientDefaults: tc.defaults}); err != nil {
+			want := ciliumnodes.Agents{}
+			if tc.defaults {
+				// Only the worker's agent, whose connection dies.
+				want.ClientDefaults = []string{"worker-0"}
+			}
+			if err := l.run(ctx, want); err != nil {
 				t.Fatal(err)
 			}
 			r, err := l.cluster.Reconnects().BlackHole(ctx, "worker-0", tc.death, bound)

@@ -19,23 +19,11 @@ import (
 	"github.com/gardener/gardener-extension-cilium-selfhosted/test/framework/ciliumnodes"
 )
 
-// TestWorkloadPodsTalkAcrossNodes: pods made as kubelet and containerd make them (their Pod objects, network
-// namespaces, Cilium's CNI plugin's ADD) on a control-plane node and a worker get addresses from their nodes' pod CIDRs
-// and, once their endpoints carry the identities of their labels, reach each other through Cilium's datapath.
-func TestWorkloadPodsTalkAcrossNodes(t *testing.T) {
-	onEachLane(t, func(t *testing.T, l *lane) {
-		server := startPod(t, l, "cp-0", "app-cp-0", map[string]string{"app": "talk"})
-		client := startPod(t, l, "worker-0", "app-worker-0", map[string]string{"app": "talk"})
-		serve(t, server)
-		if err := client.Dial(server, ciliumnodes.PolicyPort, 20*time.Second); err != nil {
-			t.Errorf("from %s to %s: %v", client.Pod.Name, server.Pod.Name, err)
-		}
-	})
-}
-
-// TestNetworkPolicyAcrossNodes: a NetworkPolicy that lets one client pod on a worker reach a server pod on the
-// control-plane node and not another: both connect before it, and under it the one connects and the other's
-// connection is dropped (it times out, nothing refuses it).
+// TestNetworkPolicyAcrossNodes: pods made as kubelet and containerd make them (their Pod objects, network namespaces,
+// Cilium's CNI plugin's ADD) on a control-plane node and a worker get addresses from their nodes' pod CIDRs and, once
+// their endpoints carry the identities of their labels, reach each other through Cilium's datapath: both client pods
+// on the worker connect to the server pod on the control-plane node. Then a NetworkPolicy lets one of them in and not
+// the other: under it the one connects and the other's connection is dropped (it times out, nothing refuses it).
 func TestNetworkPolicyAcrossNodes(t *testing.T) {
 	onEachLane(t, func(t *testing.T, l *lane) {
 		server := startPod(t, l, "cp-0", "policy-server", map[string]string{"app": "policy-server"})

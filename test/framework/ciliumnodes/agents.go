@@ -75,9 +75,10 @@ type installation struct {
 type Agents struct {
 	Chart Chart
 	Lease *LeaseTimings
-	// ClientDefaults runs the pods without the client timeouts the webhook sets (as a pod admitted without them, or
-	// an operator's value, would run): client-go's HTTP/2 health check and Cilium's dial timeout as they come.
-	ClientDefaults bool
+	// ClientDefaults are the nodes whose pods run without the client timeouts the webhook sets (as a pod admitted
+	// without them, or an operator's value, would run): client-go's HTTP/2 health check and Cilium's dial timeout as
+	// they come.
+	ClientDefaults []string
 	// Afresh restarts every agent, also those that run as wanted: agents that did not run through what a case did
 	// before.
 	Afresh bool
@@ -360,12 +361,13 @@ func (c *Cluster) Run(ctx context.Context, want Agents) (map[string]*corev1.Pod,
 	errs := make(chan error, len(c.nodes))
 	for _, n := range c.Nodes() {
 		baseline := slices.Contains(want.Baseline, n.Name)
-		if !want.Afresh && c.running != nil && c.running.Chart == want.Chart && c.running.ClientDefaults == want.ClientDefaults &&
+		defaults := slices.Contains(want.ClientDefaults, n.Name)
+		if !want.Afresh && c.running != nil && c.running.Chart == want.Chart && slices.Contains(c.running.ClientDefaults, n.Name) == defaults &&
 			slices.Contains(c.running.Baseline, n.Name) == baseline && (!n.ControlPlane || !reconfigure) && n.running() && !n.stale() {
 			continue
 		}
 		pod := inst.pods[n.Name]
-		if want.ClientDefaults {
+		if defaults {
 			pod = withClientDefaults(pod)
 		}
 		if baseline {

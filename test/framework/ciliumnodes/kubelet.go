@@ -7,6 +7,7 @@ package ciliumnodes
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -255,7 +256,7 @@ func (c *Cluster) syncPod(ctx context.Context, inst *installation, n *Node, pod 
 			return err
 		}
 		run := pod
-		if c.running.ClientDefaults {
+		if slices.Contains(c.running.ClientDefaults, n.Name) {
 			run = withClientDefaults(pod)
 		}
 		if err := n.restart(ctx, c.env, run, configMaps); err != nil {
