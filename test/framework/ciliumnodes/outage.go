@@ -7,6 +7,7 @@ package ciliumnodes
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
 	"time"
 
@@ -109,15 +110,30 @@ type outageAttempt struct {
 	err error
 }
 
+// outageAttempt sends one request. It fails when its connection is not made within outageConnectTimeout (its packets
+// went nowhere, or nothing listened) or its answer is not OK within readyzThroughVIP's 5 s: a kube-apiserver that has
+// just started answers slowly under load (make test of session 33: one answer took over 2 s at a load average of 15),
+// which is not what the outage measures.
 func (c *Cluster) outageAttempt(ctx context.Context, r *Router) outageAttempt {
 	if r == nil {
-		return outageAttempt{err: c.attempt(ctx)}
+		_, err := c.readyzThroughVIP(ctx, connectWithin(c.Client.DialContext))
+		return outageAttempt{err: err}
 	}
 	sport := r.NextSourcePort()
-	attemptCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	_, err := c.BGP().ReadyzFromRemote(attemptCtx, r, sport)
+	_, err := c.readyzThroughVIP(ctx, connectWithin(r.dialer(sport)))
 	return outageAttempt{bgp: true, hop: r.Hop(ctx, sport), err: err}
+}
+
+// outageConnectTimeout bounds the connection of an outage's request through the VIP.
+const outageConnectTimeout = 2 * time.Second
+
+// connectWithin bounds each connection dial makes to outageConnectTimeout.
+func connectWithin(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		ctx, cancel := context.WithTimeout(ctx, outageConnectTimeout)
+		defer cancel()
+		return dial(ctx, network, addr)
+	}
 }
 
 // StopOneAPIServer waits until the VIP serves, stops the kube-apiserver of a control-plane node as o says, and sends

@@ -83,7 +83,7 @@ func listensOnLoopbackAlone(t *testing.T, rendered *ciliumchart.Objects) {
 	}
 
 	var i atomic.Int64
-	f := startFlood(t, 1000, 0, func(ctx context.Context) (net.Conn, error) {
+	f := startFlood(t, 32, 1000, 0, func(ctx context.Context) (net.Conn, error) {
 		n := i.Add(1)
 		return []*podrun.Netns{neighbour, pod}[n%2].DialContext(ctx, "tcp", net.JoinHostPort(targets[n%int64(len(targets))], port))
 	})
@@ -94,9 +94,12 @@ func listensOnLoopbackAlone(t *testing.T, rendered *ciliumchart.Objects) {
 	}
 	t.Logf("flood from the node and pod networks: %d connections tried, none accepted; 10 admissions, %d failed open", f.tried.Load(), open)
 
-	// Each admission that fails open waits for kube-apiserver's timeout: the first one is enough. They run once the
-	// flood holds more connections than the server has request slots.
-	f = startFlood(t, 0, 32, func(ctx context.Context) (net.Conn, error) {
+	// Each admission that fails open waits for kube-apiserver's timeout: the first one is enough. They run once every
+	// attacker is connected. An attacker waits for a slot or holds one only about half of the time (one answered 503
+	// is held another ReadTimeout while net/http drains its body): 32 kept about 16 waiting for the server's 8 slots,
+	// and an admission often got one within kube-apiserver's 5 s (CI after session 33: twelve in a row did); 128 keep
+	// the queue longer than 8 slots serve in that time.
+	f = startFlood(t, 128, 0, 128, func(ctx context.Context) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "tcp", env.Extensions().WebhookAddress())
 	})
 	// Under load the attackers reconnect slowly after the server cuts them (its read timeout), and an admission may find
@@ -143,26 +146,26 @@ func attach(t *testing.T, name, nodeAddress, address string) *podrun.Netns {
 	return ns
 }
 
-// flood is a slowloris at work: each of its 32 attackers connects through dial, sends an admission request's header
+// flood is a slowloris at work: each of its attackers connects through dial, sends an admission request's header
 // and then one byte of its body a second, and connects again once the server gives up on it.
 type flood struct {
 	tried, connected atomic.Int64
 	stop             func()
 }
 
-// startFlood starts a flood and waits until it has tried at least tried connections and made connected; t fails if
-// it does not within a minute.
-func startFlood(t *testing.T, tried, connected int64, dial func(context.Context) (net.Conn, error)) *flood {
+// startFlood starts a flood of attackers and waits until it has tried at least tried connections and made connected;
+// t fails if it does not within a minute.
+func startFlood(t *testing.T, attackers int, tried, connected int64, dial func(context.Context) (net.Conn, error)) *flood {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &flood{}
-	var attackers sync.WaitGroup
+	var running sync.WaitGroup
 	f.stop = func() {
 		cancel()
-		attackers.Wait()
+		running.Wait()
 	}
-	for range 32 {
-		attackers.Go(func() {
+	for range attackers {
+		running.Go(func() {
 			for ctx.Err() == nil {
 				f.tried.Add(1)
 				dialCtx, cancelDial := context.WithTimeout(ctx, time.Second)
