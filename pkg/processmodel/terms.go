@@ -172,9 +172,11 @@ var buildBackoff = wait.Backoff{Duration: 2 * time.Second, Jitter: 0.2, Steps: m
 // NewLock returns the one lease lock of the process, from the leader election fields of options. One lock keeps one
 // identity across terms: when kube-apiserver comes back after the lease was lost, the next term finds itself the
 // holder and leads at once instead of waiting out the lease duration (client-go's tryAcquireOrRenew); the previous
-// term's runnables have stopped by then (term.end).
+// term's runnables have stopped by then (term.end). controller-runtime's NewResourceLock sets its user agent and a
+// timeout of half the renew deadline on the config it is given (pkg/leaderelection): it gets a copy, or the terms'
+// informers, built from config, had their watches cut after 5 s, over and over.
 func NewLock(config *rest.Config, process manager.Manager, options manager.Options) (Lock, error) {
-	return leaderelection.NewResourceLock(config, process, leaderelection.Options{
+	return leaderelection.NewResourceLock(rest.CopyConfig(config), process, leaderelection.Options{
 		LeaderElection:             true,
 		LeaderElectionResourceLock: options.LeaderElectionResourceLock,
 		LeaderElectionID:           options.LeaderElectionID,

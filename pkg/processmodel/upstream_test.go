@@ -54,6 +54,19 @@ func TestControllerRuntimeManagerExitsOnLostLease(t *testing.T) {
 	}
 }
 
+// TestNewLockLeavesItsConfig: controller-runtime's NewResourceLock sets a user agent and a timeout on the config it
+// is given (pkg/leaderelection); the terms are built from the same config, and with that timeout every watch of
+// theirs ended after 5 s (the audit log of make test in session 34).
+func TestNewLockLeavesItsConfig(t *testing.T) {
+	config := &rest.Config{Host: "https://127.0.0.1:1"}
+	if _, err := processmodel.NewLock(config, process(t), manager.Options{LeaderElectionID: "test", LeaderElectionNamespace: "default"}); err != nil {
+		t.Fatal(err)
+	}
+	if config.Timeout != 0 || config.UserAgent != "" {
+		t.Errorf("NewLock changed its config: timeout %s, user agent %q", config.Timeout, config.UserAgent)
+	}
+}
+
 // TestNeedsLeaderElection: a runnable that does not say runs only while leading, as controller-runtime's manager
 // sorts it (pkg/manager/runnable_group.go), and Terms and the webhook wiring split by the same rule.
 func TestNeedsLeaderElection(t *testing.T) {

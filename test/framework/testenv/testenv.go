@@ -234,6 +234,9 @@ func (e *Env) configureControlPlane(opts Options) error {
 			return err
 		}
 	}
+	if err := e.configureAudit(apiServer); err != nil {
+		return err
+	}
 	apiServerLog, err := e.createLog(e.APIServerLog)
 	if err != nil {
 		return err
@@ -292,6 +295,35 @@ func (e *Env) createLog(path string) (*os.File, error) {
 		e.logs = append(e.logs, f)
 	}
 	return f, err
+}
+
+// AuditDirEnv names a directory into which every kube-apiserver of the harness writes an audit log of each request's
+// metadata (who, with which user agent, what), as <its directory's name>.audit.log: where its CPU goes
+// (docs/development/testing.md, "What keeps kube-apiserver busy"). Unset, nothing is audited.
+const AuditDirEnv = "TESTENV_AUDIT_DIR"
+
+// auditPolicy records every request once, when its response is complete.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived", "ResponseStarted"]
+rules:
+- level: Metadata
+`
+
+// configureAudit has apiServer write its audit log into AuditDirEnv's directory, when it is set.
+func (e *Env) configureAudit(apiServer *envtest.APIServer) error {
+	dir := os.Getenv(AuditDirEnv)
+	if dir == "" {
+		return nil
+	}
+	policy := filepath.Join(e.Dir, "audit-policy.yaml")
+	if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
+		return err
+	}
+	apiServer.Configure().Set("audit-policy-file", policy)
+	apiServer.Configure().Set("audit-log-path", filepath.Join(dir, filepath.Base(e.Dir)+".audit.log"))
+	apiServer.Configure().Set("audit-log-maxbackup", "0")
+	return nil
 }
 
 // apiServerGracePeriod is how long a stopping kube-apiserver is given before it is killed.
