@@ -7,7 +7,7 @@
 # of the release's module, outside this module's build list). make lint runs it.
 set -euo pipefail
 version=v0.8.2
-. "$(dirname "$0")/./lib/cache.sh"
+. "$(dirname "$0")/lib/cache.sh"
 bin=$cache/staticcheck-$version
 hold_lock "$bin.lock"
 if [ ! -x "$bin" ]; then

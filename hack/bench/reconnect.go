@@ -32,18 +32,18 @@ func agentReconnects(r *report, runs int) error {
 		var ways []way
 		for _, death := range []ciliumnodes.Death{ciliumnodes.LinkDown, ciliumnodes.Hung} {
 			ways = append(ways, way{"node " + string(death), func(ctx context.Context) (ciliumnodes.Reconnect, error) {
-				return cluster.Reconnects().BlackHole(ctx, "worker-0", death, 3*time.Minute)
+				return cluster.Reconnects().BlackHole(ctx, ciliumnodes.Worker, death, 3*time.Minute)
 			}})
 		}
 		for _, how := range []ciliumnodes.Disconnection{ciliumnodes.APIServerStopped, ciliumnodes.ConnectionReset} {
 			ways = append(ways, way{string(how), func(ctx context.Context) (ciliumnodes.Reconnect, error) {
-				return cluster.Reconnects().Disconnect(ctx, "worker-0", how, 3*time.Minute)
+				return cluster.Reconnects().Disconnect(ctx, ciliumnodes.Worker, how, 3*time.Minute)
 			}})
 		}
 		for _, defaults := range []bool{false, true} {
 			var clientDefaults []string
 			if defaults {
-				clientDefaults = []string{"worker-0"}
+				clientDefaults = []string{ciliumnodes.Worker}
 			}
 			for _, way := range ways {
 				var after []time.Duration
@@ -103,7 +103,7 @@ func agentRepins(r *report, runs int) error {
 		// moveAll moves every control-plane node to the addresses of set, once worker-0's agent runs from its current
 		// pod, and returns that pod and when the last node moved.
 		moveAll := func(set int) (*corev1.Pod, time.Time, error) {
-			pod, err := cluster.Repins().RunningPod(ctx, "worker-0", 3*time.Minute)
+			pod, err := cluster.Repins().RunningPod(ctx, ciliumnodes.Worker, 3*time.Minute)
 			if err != nil {
 				return nil, time.Time{}, err
 			}
@@ -122,7 +122,7 @@ func agentRepins(r *report, runs int) error {
 			if err != nil {
 				return err
 			}
-			rp, err := cluster.Repins().WaitForRepin(ctx, "worker-0", pod.UID, moved, 3*time.Minute)
+			rp, err := cluster.Repins().WaitForRepin(ctx, ciliumnodes.Worker, pod.UID, moved, 3*time.Minute)
 			if err != nil {
 				return err
 			}
@@ -140,7 +140,7 @@ func agentRepins(r *report, runs int) error {
 		if err != nil {
 			return err
 		}
-		if rp, err := cluster.Repins().WaitForRepin(ctx, "worker-0", pod.UID, moved, strandedWindow); err == nil {
+		if rp, err := cluster.Repins().WaitForRepin(ctx, ciliumnodes.Worker, pod.UID, moved, strandedWindow); err == nil {
 			return fmt.Errorf("with re-pinning switched off, the agent was connected to %s from pod %s after %s", rp.To.Name, rp.Pod.Name, rp.After)
 		}
 		fmt.Printf("   re-pinning off: still stranded after %s\n", strandedWindow)

@@ -6,6 +6,7 @@ package processmodel
 
 import (
 	"context"
+	"slices"
 
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -46,6 +47,12 @@ func Switches(controllers []Controller) *extensionscmdcontroller.SwitchOptions {
 		}))
 	}
 	return extensionscmdcontroller.NewSwitchOptions(switches...)
+}
+
+// Enabled says whether switches turn the controller name on, by the rule of their Complete: listed by --controllers
+// (all are by default) and not by --disable-controllers. For what runs of a controller before the manager exists.
+func Enabled(switches *extensionscmdcontroller.SwitchOptions, name string) bool {
+	return slices.Contains(switches.Enabled, name) && !slices.Contains(switches.Disabled, name)
 }
 
 // InEveryReplica marks the process's manager for the switches' AddToManager, which then adds the controllers that run

@@ -20,7 +20,7 @@ import (
 
 // TestSwitches: one switch set serves both kinds of controllers. The process's manager, marked InEveryReplica, gets the
 // controllers of every replica, and unwrapped; a term's manager the leader term's; --disable-controllers switches a
-// controller of either kind off, and --controllers' help lists them all.
+// controller of either kind off, and --controllers' help lists them all. Enabled says of each what they did.
 func TestSwitches(t *testing.T) {
 	var added []string
 	add := func(name string) func(context.Context, manager.Manager) error {
@@ -44,6 +44,7 @@ func TestSwitches(t *testing.T) {
 	}{
 		{nil, []string{"replica-a", "replica-b"}, []string{"term-a", "term-b"}},
 		{[]string{"--disable-controllers=replica-b,term-a"}, []string{"replica-a"}, []string{"term-b"}},
+		{[]string{"--controllers=replica-a,term-a,term-b", "--disable-controllers=term-b"}, []string{"replica-a"}, []string{"term-a"}},
 	} {
 		switches := processmodel.Switches(controllers)
 		fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
@@ -72,6 +73,11 @@ func TestSwitches(t *testing.T) {
 			slices.Sort(added)
 			if !slices.Equal(added, c.want) {
 				t.Errorf("%v: added %v to the %T, want %v", tc.args, added, c.mgr, c.want)
+			}
+		}
+		for _, c := range controllers {
+			if added := slices.Contains(tc.replicas, c.Name) || slices.Contains(tc.leader, c.Name); processmodel.Enabled(switches, c.Name) != added {
+				t.Errorf("%v: Enabled(%s) is %t, but the switches added it: %t", tc.args, c.Name, !added, added)
 			}
 		}
 	}

@@ -199,10 +199,10 @@ func (o *options) run(ctx context.Context) error {
 	processOptions := options
 	processOptions.LeaderElection = false
 	config := o.rest.Completed().Config
-	if o.enabled(apiserverfailover.Name) {
+	if processmodel.Enabled(o.controllers, apiserverfailover.Name) {
 		o.failover = failoverDialer(config, o.general.SelfHostedShootCluster, o.pod.IP)
 	}
-	if o.general.SelfHostedShootCluster && o.enabled(staleaddress.Name) {
+	if o.general.SelfHostedShootCluster && processmodel.Enabled(o.controllers, staleaddress.Name) {
 		writer, err := client.New(config, client.Options{})
 		if err != nil {
 			return err
@@ -246,12 +246,6 @@ func (o *options) run(ctx context.Context) error {
 		return err
 	}
 	return mgr.Start(ctx)
-}
-
-// enabled says whether the controller name is switched on (Gardener's SwitchOptions.Complete: listed by --controllers,
-// which lists all by default, and not by --disable-controllers), for what runs of it before the manager exists.
-func (o *options) enabled(name string) bool {
-	return slices.Contains(o.controllers.Enabled, name) && !slices.Contains(o.controllers.Disabled, name)
 }
 
 // failoverDialer makes config fall back to the other control-plane nodes' kube-apiservers when its own node's, at

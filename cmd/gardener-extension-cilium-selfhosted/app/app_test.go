@@ -181,7 +181,7 @@ func TestEnabledAsTheSwitchesSay(t *testing.T) {
 		{[]string{"--self-hosted-shoot-cluster", "--controllers=" + apiserverfailover.Name}, false},
 		{[]string{"--self-hosted-shoot-cluster", "--controllers=" + staleaddress.Name}, true},
 	} {
-		if got := completed(t, tc.args...).enabled(staleaddress.Name); got != tc.want {
+		if got := processmodel.Enabled(completed(t, tc.args...).controllers, staleaddress.Name); got != tc.want {
 			t.Errorf("%v: %s enabled %t, want %t", tc.args, staleaddress.Name, got, tc.want)
 		}
 	}

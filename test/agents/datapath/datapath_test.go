@@ -144,16 +144,16 @@ func TestBlackHoledControlPlaneNode(t *testing.T) {
 			want := ciliumnodes.Agents{}
 			if tc.defaults {
 				// Only the worker's agent, whose connection dies.
-				want.ClientDefaults = []string{"worker-0"}
+				want.ClientDefaults = []string{ciliumnodes.Worker}
 			}
 			if err := l.run(ctx, want); err != nil {
 				t.Fatal(err)
 			}
-			r, err := l.cluster.Reconnects().BlackHole(ctx, "worker-0", tc.death, bound)
+			r, err := l.cluster.Reconnects().BlackHole(ctx, ciliumnodes.Worker, tc.death, bound)
 			if tc.defaults {
 				if err == nil {
 					t.Fatalf("with the defaults, the agent left dead %s for %s after %s, before client-go's health check could have closed the connection; the agent's log:\n%s",
-						r.From, r.To, r.After, l.cluster.Node("worker-0").LogTail())
+						r.From, r.To, r.After, l.cluster.Node(ciliumnodes.Worker).LogTail())
 				}
 				// It does get over it, once the defaults close the connection.
 				r, err = l.cluster.Reconnects().WaitForReconnect(ctx, r, 2*time.Minute)
@@ -181,7 +181,7 @@ func TestConnectionEndsWithNodeUp(t *testing.T) {
 			if err := l.run(ctx, ciliumnodes.Agents{}); err != nil {
 				t.Fatal(err)
 			}
-			r, err := l.cluster.Reconnects().Disconnect(ctx, "worker-0", how, bound)
+			r, err := l.cluster.Reconnects().Disconnect(ctx, ciliumnodes.Worker, how, bound)
 			if err != nil {
 				t.Fatal(err)
 			}

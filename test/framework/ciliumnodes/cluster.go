@@ -57,11 +57,14 @@ import (
 // cluster, a load test).
 const ClientIP = "10.0.3.100"
 
-// OperatorNode runs the operator: its pod is admitted unscheduled, like every pod of a Deployment.
-const OperatorNode = "worker-0"
+// Worker is the fixture's worker node: its agent reaches kube-apiserver only over the node network.
+const Worker = "worker-0"
 
-// NodeNames are the fixture nodes that get a namespace and an agent: the three control-plane nodes and a worker.
-var NodeNames = []string{"cp-0", "cp-1", "cp-2", "worker-0"}
+// OperatorNode runs the operator: its pod is admitted unscheduled, like every pod of a Deployment.
+const OperatorNode = Worker
+
+// NodeNames are the fixture nodes that get a namespace and an agent: the three control-plane nodes and the worker.
+var NodeNames = []string{"cp-0", "cp-1", "cp-2", Worker}
 
 // SecondWorker is the fixture node Options.SecondWorker adds.
 const SecondWorker = "worker-1"

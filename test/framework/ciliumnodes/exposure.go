@@ -450,11 +450,7 @@ func (c *Cluster) settledHolder(ctx context.Context, exp *extensionsv1alpha1.Sel
 	if err != nil {
 		var handovers []string
 		if now, herr := c.handoverEvents(ctx, exp); herr == nil {
-			for name, e := range now {
-				if b, ok := events[name]; !ok || b.Count != e.Count {
-					handovers = append(handovers, e.Message)
-				}
-			}
+			handovers = newMessages(events, now)
 		}
 		return nil, "", fmt.Errorf("ARP for the VIP is answered by %v (%v), want only the lease holder %q's %s "+
 			"(holders seen %v; handovers meanwhile %q): %w", macs, c.L2().Answerers(macs), holder, mac, holders, handovers, err)
@@ -497,7 +493,7 @@ func (c *Cluster) firstHTTPS(ctx context.Context, timeout time.Duration) (time.T
 	}
 }
 
-// handoverEvents are the extension's HandedOver events on the exposure, by name, with their counts.
+// handoverEvents are the extension's HandedOver events on the exposure, by name.
 func (c *Cluster) handoverEvents(ctx context.Context, exp *extensionsv1alpha1.SelfHostedShootExposure) (map[string]corev1.Event, error) {
 	list := &corev1.EventList{}
 	if err := c.env.Client.List(ctx, list, client.InNamespace(exp.Namespace)); err != nil {
@@ -512,6 +508,19 @@ func (c *Cluster) handoverEvents(ctx context.Context, exp *extensionsv1alpha1.Se
 	return out, nil
 }
 
+// newMessages are the messages of the events of now that are not among before, in the order of their names. Each
+// handover is an event of its own (it names the lease as written, l2handover's events_test), never a repeat that
+// counts up.
+func newMessages(before, now map[string]corev1.Event) []string {
+	var messages []string
+	for _, name := range slices.Sorted(maps.Keys(now)) {
+		if _, ok := before[name]; !ok {
+			messages = append(messages, now[name].Message)
+		}
+	}
+	return messages
+}
+
 // newHandoverEvent is the message of a HandedOver event on the exposure that is not among before (each handover is an
 // event of its own: it names the lease as written, l2handover's events_test), the one of a handover from holder if there is one, "" when there is none. After a failover the lease
 // may be handed more than once (a handover undone, a lease its new holder released taken again). The recorder writes
@@ -523,12 +532,9 @@ func (c *Cluster) newHandoverEvent(ctx context.Context, exp *extensionsv1alpha1.
 		if err != nil {
 			return false, nil // the client's rate limit near the deadline: the next look, or none
 		}
-		for name, e := range now {
-			if b, ok := before[name]; !ok || b.Count != e.Count {
-				message = e.Message
-				if strings.Contains(e.Message, "from "+holder+" to ") {
-					return true, nil
-				}
+		for _, m := range newMessages(before, now) {
+			if message = m; strings.Contains(m, "from "+holder+" to ") {
+				return true, nil
 			}
 		}
 		return false, nil

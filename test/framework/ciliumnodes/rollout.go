@@ -163,11 +163,7 @@ func (c *Cluster) RollOut(ctx context.Context, exp *extensionsv1alpha1.SelfHoste
 		return r, fmt.Errorf("the rollout did not complete: %w", waitErr)
 	}
 	now, err := c.handoverEvents(ctx, exp)
-	for name, e := range now {
-		if b, ok := events[name]; !ok || b.Count != e.Count {
-			r.HandedOver = append(r.HandedOver, e.Message)
-		}
-	}
+	r.HandedOver = newMessages(events, now)
 	return r, err
 }
 
