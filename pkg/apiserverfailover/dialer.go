@@ -23,9 +23,14 @@ import (
 	"github.com/go-logr/logr"
 )
 
-// DialTimeout bounds each address a dial tries: loopback and the nodes' network answer within milliseconds, and a
-// node that is gone must not hold up the next one.
+// DialTimeout bounds each address a dial tries while there are others to fall back to: loopback and the nodes'
+// network answer within milliseconds, and a node that is gone must not hold up the next one.
 const DialTimeout = time.Second
+
+// aloneDialTimeout bounds the one address a dial tries when there is none to fall back to (before the control-plane
+// nodes are known, at the start): client-go's own (k8s.io/client-go/transport/cache.go). With DialTimeout there, a
+// start on a loaded node failed its first request, and the process exited (make test u3 of session 34).
+const aloneDialTimeout = 30 * time.Second
 
 // ReturnInterval is how often a Dialer with connections to other nodes dials the address the client asked for again.
 const ReturnInterval = time.Second
@@ -80,7 +85,8 @@ func (d *Dialer) Others() []netip.Addr {
 
 // DialContext is a rest.Config's Dial: address first, then each other control-plane node at address's port.
 func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
-	conn, err := d.dialer.DialContext(ctx, network, address)
+	others := d.Others()
+	conn, err := d.first(others).DialContext(ctx, network, address)
 	if err == nil {
 		return conn, nil
 	}
@@ -89,7 +95,7 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 		return nil, err
 	}
 	errs := []error{err}
-	for _, other := range d.Others() {
+	for _, other := range others {
 		if ctx.Err() != nil {
 			break
 		}
@@ -101,6 +107,17 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 		errs = append(errs, otherErr)
 	}
 	return nil, errors.Join(errs...)
+}
+
+// first is the dialer of the address asked for: bounded by DialTimeout when others follow, by aloneDialTimeout when
+// none does.
+func (d *Dialer) first(others []netip.Addr) *net.Dialer {
+	if len(others) > 0 {
+		return &d.dialer
+	}
+	alone := d.dialer
+	alone.Timeout = aloneDialTimeout
+	return &alone
 }
 
 // awayConn is a connection to another node's kube-apiserver, which the Dialer closes once address answers.

@@ -176,3 +176,16 @@ func TestReturnsToItsOwnNodeOnceItAnswers(t *testing.T) {
 		t.Errorf("dialed %s after the return, want %s", got, want)
 	}
 }
+
+// TestWaitsLongerWhenThereIsNoOtherNode: the address asked for gets DialTimeout while other nodes follow, and
+// client-go's own timeout when none does: a slow start must not fail for want of a node to fall back to.
+func TestWaitsLongerWhenThereIsNoOtherNode(t *testing.T) {
+	d := New(netip.MustParseAddr("10.0.1.10"), logr.Discard())
+	if got := d.first(d.Others()).Timeout; got != aloneDialTimeout {
+		t.Errorf("with no other node: %s, want %s", got, aloneDialTimeout)
+	}
+	d.SetControlPlane([]netip.Addr{netip.MustParseAddr("10.0.1.10"), netip.MustParseAddr("10.0.1.11")})
+	if got := d.first(d.Others()).Timeout; got != DialTimeout {
+		t.Errorf("with another node: %s, want %s", got, DialTimeout)
+	}
+}
