@@ -299,7 +299,7 @@ func (e *Env) createLog(path string) (*os.File, error) {
 
 // AuditDirEnv names a directory into which every kube-apiserver of the harness writes an audit log of each request's
 // metadata (who, with which user agent, what), as <its directory's name>.audit.log: where its CPU goes
-// (docs/development/testing.md, "What keeps kube-apiserver busy"). Unset, nothing is audited.
+// (docs/development/testing.md, "What keeps the lanes busy between cases"). Unset, nothing is audited.
 const AuditDirEnv = "TESTENV_AUDIT_DIR"
 
 // auditPolicy records every request once, when its response is complete.
